@@ -1,0 +1,59 @@
+"""attention_src: the code of the book *Attention, Executed*.
+
+Every algorithm the chapters teach is defined once here, readable first, and tested against an
+independent reference (PyTorch's own implementations or hand-computed examples).
+
+Modules, one concept each: ``softmax`` (softmax and masks), ``scoring`` (scoring functions),
+``attention`` (scaled dot-product attention), ``multihead`` (self- and multi-head attention),
+``positional`` (positional encoding), ``numpy_ref`` (NumPy versions), ``plotting``
+(``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks).
+"""
+
+from attention_src.attention import attention_from_scores, scaled_dot_product_attention
+from attention_src.multihead import (
+    MultiHeadAttention,
+    MultiHeadSelfAttention,
+    PerHeadMultiHeadAttention,
+    SelfAttention,
+    fuse_heads,
+    to_torch_multihead,
+)
+from attention_src.plotting import show_heatmaps
+from attention_src.positional import sinusoidal_positional_encoding
+from attention_src.scoring import (
+    AdditiveScore,
+    Attention,
+    BilinearScore,
+    DotScore,
+    ScaledDotScore,
+    Score,
+)
+from attention_src.softmax import causal_mask, lengths_to_mask, masked_softmax, softmax
+from attention_src.utils import count_parameters, set_seed
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdditiveScore",
+    "Attention",
+    "BilinearScore",
+    "DotScore",
+    "MultiHeadAttention",
+    "MultiHeadSelfAttention",
+    "PerHeadMultiHeadAttention",
+    "ScaledDotScore",
+    "Score",
+    "SelfAttention",
+    "attention_from_scores",
+    "causal_mask",
+    "count_parameters",
+    "fuse_heads",
+    "lengths_to_mask",
+    "masked_softmax",
+    "scaled_dot_product_attention",
+    "set_seed",
+    "show_heatmaps",
+    "sinusoidal_positional_encoding",
+    "softmax",
+    "to_torch_multihead",
+]

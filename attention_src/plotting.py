@@ -1,0 +1,104 @@
+"""Plotting: the one heatmap helper every chapter uses for attention weights."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+__all__ = ["show_heatmaps", "DEFAULT_CMAP"]
+
+#: Perceptually uniform and readable with colour-vision deficiencies (and in greyscale).
+DEFAULT_CMAP = "viridis"
+
+
+def _as_grid(matrices) -> np.ndarray:
+    if isinstance(matrices, torch.Tensor):
+        matrices = matrices.detach().to("cpu", torch.float64).numpy()
+    array = np.asarray(matrices, dtype=float)
+    if array.ndim == 2:
+        array = array[None, None]  # (L_q, L_k) -> (1, 1, L_q, L_k)
+    elif array.ndim == 3:
+        array = array[None]  # (cols, L_q, L_k) -> (1, cols, L_q, L_k)
+    if array.ndim != 4:
+        raise ValueError(
+            "matrices must be (L_q, L_k), (cols, L_q, L_k) or (rows, cols, L_q, L_k), "
+            f"got shape {array.shape}"
+        )
+    return array
+
+
+def show_heatmaps(
+    matrices,
+    xlabel: str = "Keys",
+    ylabel: str = "Queries",
+    titles: Sequence[str] | None = None,
+    row_titles: Sequence[str] | None = None,
+    xticklabels: Sequence[str] | None = None,
+    yticklabels: Sequence[str] | None = None,
+    figsize: tuple[float, float] | None = None,
+    cmap: str = DEFAULT_CMAP,
+    vmin: float | None = 0.0,
+    vmax: float | None = None,
+    annotate: bool = False,
+    colorbar_label: str = "attention weight",
+    suptitle: str | None = None,
+):
+    """Draw a grid of heatmaps with one shared colour scale and colour bar.
+
+    Args:
+        matrices: ``(rows, cols, L_q, L_k)`` (also ``(cols, L_q, L_k)`` or ``(L_q, L_k)``),
+            a tensor or array; typically attention weights, queries down, keys across.
+        xlabel, ylabel: axis labels (on the bottom row and first column).
+        titles: one title per column; row_titles: one label per row.
+        xticklabels, yticklabels: token labels for the keys and queries.
+        figsize: default ``(2.6 * cols + 1, 2.4 * rows)``.
+        cmap: a colour-blind-safe colormap by default (viridis).
+        vmin, vmax: colour scale limits, shared by every panel (default 0 to the largest value).
+        annotate: write each value (2 decimals) in its cell; for small matrices.
+        colorbar_label: the colour bar's label.
+        suptitle: a title over the whole figure.
+
+    Returns:
+        ``(fig, axes)`` with ``axes`` of shape ``(rows, cols)``.
+    """
+    grid = _as_grid(matrices)
+    rows, cols, L_q, L_k = grid.shape
+    for name, labels, n in (("titles", titles, cols), ("row_titles", row_titles, rows),
+                            ("xticklabels", xticklabels, L_k), ("yticklabels", yticklabels, L_q)):
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"{name} has {len(labels)} entries, expected {n}")
+    if vmax is None:
+        vmax = float(np.nanmax(grid)) if grid.size else 1.0
+    figsize = figsize or (2.6 * cols + 1.0, 2.4 * rows)
+    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False,
+                             sharex=True, sharey=True, layout="constrained")
+    image = None
+    for r in range(rows):
+        for c in range(cols):
+            ax = axes[r, c]
+            image = ax.imshow(grid[r, c], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
+                              interpolation="nearest")
+            if annotate:
+                mid = (vmin if vmin is not None else np.nanmin(grid) + vmax) / 2
+                for i in range(L_q):
+                    for j in range(L_k):
+                        value = grid[r, c, i, j]
+                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                                color="black" if value > mid else "white")
+            if titles is not None and r == 0:
+                ax.set_title(titles[c])
+            if r == rows - 1:
+                ax.set_xlabel(xlabel)
+            if c == 0:
+                ax.set_ylabel(ylabel if row_titles is None else f"{row_titles[r]}\n{ylabel}")
+            if xticklabels is not None:
+                ax.set_xticks(range(L_k), labels=xticklabels, rotation=90)
+            if yticklabels is not None:
+                ax.set_yticks(range(L_q), labels=yticklabels)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=colorbar_label)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig, axes

@@ -1,0 +1,156 @@
+"""Attention scoring functions: how well does a query match a key?
+
+All four share one interface, ``score(query, key) -> scores``:
+
+==================  =======================================  =================================
+name                score of query ``q`` and key ``k``       parameters
+==================  =======================================  =================================
+AdditiveScore       ``v^T tanh(W_q q + W_k k)`` (Bahdanau)   ``(d_q + d_k + 1) * d_hidden``
+DotScore            ``q . k``                                none (needs ``d_q == d_k``)
+ScaledDotScore      ``q . k / sqrt(d_k)`` (Vaswani)          none (needs ``d_q == d_k``)
+BilinearScore       ``q^T W k`` (Luong's "general")          ``d_q * d_k``
+==================  =======================================  =================================
+
+(The table uses column vectors as the papers do; the code uses row vectors, ``q W_q``.)
+:class:`Attention` turns any of them into an attention layer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from attention_src.attention import attention_from_scores
+from attention_src.validation import check_positive_int, check_same_dtype, check_tensor
+
+__all__ = ["Score", "AdditiveScore", "DotScore", "ScaledDotScore", "BilinearScore", "Attention"]
+
+
+class Score(nn.Module):
+    """Base class: checks the inputs, then calls :meth:`score`.
+
+    ``forward(query: (..., L_q, d_q), key: (..., L_k, d_k)) -> scores: (..., L_q, L_k)``.
+    ``d_q`` and ``d_k`` are the feature sizes the module was built for (``None`` = any).
+    """
+
+    d_q: int | None = None
+    d_k: int | None = None
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        check_tensor("query", query)
+        check_tensor("key", key)
+        check_same_dtype(query=query, key=key)
+        name = type(self).__name__
+        if self.d_q is not None and query.shape[-1] != self.d_q:
+            raise ValueError(
+                f"{name} expects query features d_q={self.d_q}, got query {tuple(query.shape)}"
+            )
+        if self.d_k is not None and key.shape[-1] != self.d_k:
+            raise ValueError(
+                f"{name} expects key features d_k={self.d_k}, got key {tuple(key.shape)}"
+            )
+        if query.shape[:-2] != key.shape[:-2]:
+            raise ValueError(
+                f"query {tuple(query.shape)} and key {tuple(key.shape)} must share their "
+                "leading (batch) dimensions"
+            )
+        return self.score(query, key)
+
+    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class AdditiveScore(Score):
+    """Additive (Bahdanau) score: a one-hidden-layer MLP on the query and key.
+
+    ``score(q, k) = v^T tanh(W_q q + W_k k)``. Query and key may have different sizes;
+    ``d_hidden`` is the MLP's width.
+    """
+
+    def __init__(self, d_q: int, d_k: int, d_hidden: int):
+        super().__init__()
+        self.d_q = check_positive_int("d_q", d_q)
+        self.d_k = check_positive_int("d_k", d_k)
+        check_positive_int("d_hidden", d_hidden)
+        self.W_q = nn.Linear(d_q, d_hidden, bias=False)
+        self.W_k = nn.Linear(d_k, d_hidden, bias=False)
+        self.v = nn.Linear(d_hidden, 1, bias=False)
+
+    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        q = self.W_q(query).unsqueeze(-2)  # (..., L_q, h) -> (..., L_q, 1, h)
+        k = self.W_k(key).unsqueeze(-3)  # (..., L_k, h) -> (..., 1, L_k, h)
+        features = torch.tanh(q + k)  # broadcast -> (..., L_q, L_k, h)
+        return self.v(features).squeeze(-1)  # (..., L_q, L_k, 1) -> (..., L_q, L_k)
+
+
+class DotScore(Score):
+    """Dot-product score ``q . k``: no parameters; query and key sizes must match."""
+
+    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        if query.shape[-1] != key.shape[-1]:
+            raise ValueError(
+                f"{type(self).__name__} needs query and key of one feature size, got query "
+                f"{tuple(query.shape)} and key {tuple(key.shape)}"
+            )
+        return query @ key.transpose(-2, -1)  # (..., L_q, d) @ (..., d, L_k) -> (..., L_q, L_k)
+
+
+class ScaledDotScore(DotScore):
+    """Scaled dot-product score ``q . k / sqrt(d_k)`` (Vaswani et al., 2017)."""
+
+    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return super().score(query, key) / math.sqrt(key.shape[-1])
+
+
+class BilinearScore(Score):
+    """Bilinear score ``q^T W k`` ("general" in Luong et al., 2015); sizes may differ."""
+
+    def __init__(self, d_q: int, d_k: int):
+        super().__init__()
+        self.d_q = check_positive_int("d_q", d_q)
+        self.d_k = check_positive_int("d_k", d_k)
+        self.W = nn.Parameter(torch.empty(d_q, d_k))
+        nn.init.xavier_uniform_(self.W)
+
+    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        # (..., L_q, d_q) @ (d_q, d_k) -> (..., L_q, d_k); then @ (..., d_k, L_k) -> (..., L_q, L_k)
+        return (query @ self.W) @ key.transpose(-2, -1)
+
+
+class Attention(nn.Module):
+    """Attention built from any scoring function: score, masked softmax, weighted sum.
+
+    ``forward(query: (..., L_q, d_q), key: (..., L_k, d_k), value: (..., L_k, d_v),
+    mask=None) -> (output: (..., L_q, d_v), weights: (..., L_q, L_k))``; ``mask`` is boolean,
+    broadcastable to ``(..., L_q, L_k)``, ``True`` = may attend. ``dropout`` acts on the weights
+    in training mode only.
+    """
+
+    def __init__(self, score: Score, dropout: float = 0.0):
+        super().__init__()
+        if not isinstance(score, Score):
+            raise TypeError(f"score must be a Score module, got {type(score).__name__}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.score = score
+        self.dropout = dropout
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_tensor("value", value)
+        check_same_dtype(key=key, value=value)
+        if key.shape[-2] != value.shape[-2] or key.shape[:-2] != value.shape[:-2]:
+            raise ValueError(
+                f"key {tuple(key.shape)} and value {tuple(value.shape)} must have the same "
+                "leading dimensions and length L_k"
+            )
+        scores = self.score(query, key)  # (..., L_q, L_k)
+        p = self.dropout if self.training else 0.0
+        return attention_from_scores(scores, value, mask, dropout_p=p)

@@ -1,0 +1,104 @@
+"""Softmax, masked softmax and the masks attention uses.
+
+Convention (the same as ``torch.nn.functional.scaled_dot_product_attention``'s boolean
+``attn_mask``): a mask is a boolean tensor, ``True`` where a query **may** attend to a key.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attention_src.validation import check_mask, check_positive_int, check_tensor
+
+__all__ = ["softmax", "masked_softmax", "lengths_to_mask", "causal_mask"]
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Numerically stable softmax, written out: ``exp(x - max) / sum(exp(x - max))``.
+
+    Subtracting the maximum along ``dim`` changes nothing mathematically (softmax is invariant
+    to adding a constant) but keeps every exponent <= 0, so ``exp`` cannot overflow.
+
+    Args:
+        x: scores, any shape ``(...)``, floating point.
+        dim: the axis to normalise over (the key axis, last, in attention).
+
+    Returns:
+        Tensor of the shape of ``x``; entries in [0, 1] that sum to 1 along ``dim``.
+    """
+    check_tensor("x", x, min_rank=1)
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    exp = shifted.exp()
+    return exp / exp.sum(dim=dim, keepdim=True)
+
+
+def masked_softmax(
+    scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1
+) -> torch.Tensor:
+    """Softmax over ``dim`` that gives masked positions exactly zero weight.
+
+    A row in which every position is masked gets all-zero weights (there is nothing to attend
+    to), never NaN, and its gradient is zero, not NaN.
+
+    This is :func:`softmax` with a mask; it calls PyTorch's fused ``torch.softmax`` for speed,
+    and the tests check that both agree.
+
+    Args:
+        scores: ``(..., L_q, L_k)`` floating point.
+        mask: boolean, broadcastable to ``scores``, ``True`` = may attend; ``None`` = no mask.
+        dim: axis to normalise over.
+
+    Returns:
+        weights: the shape of ``scores``.
+    """
+    check_tensor("scores", scores, min_rank=1)
+    if mask is None:
+        return torch.softmax(scores, dim=dim)
+    check_mask(mask, scores.shape)
+    # The most negative finite number, not -inf: a fully masked row then stays finite through
+    # softmax (and its backward pass) before the final fill sets it to zero.
+    lowest = torch.finfo(scores.dtype).min
+    weights = torch.softmax(scores.masked_fill(~mask, lowest), dim=dim)
+    return weights.masked_fill(~mask, 0.0)
+
+
+def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Padding mask from sequence lengths: position ``j`` is valid when ``j < valid_lens``.
+
+    Args:
+        valid_lens: ``(...)`` integer tensor of lengths, each in ``[0, max_len]``.
+        max_len: the padded length ``L_k``.
+
+    Returns:
+        mask: ``(..., max_len)`` boolean. For scores ``(B, L_q, L_k)`` and lengths ``(B,)``
+        use ``lengths_to_mask(valid_lens, L_k)[:, None, :]`` (one row, shared by every query).
+    """
+    check_positive_int("max_len", max_len)
+    if not isinstance(valid_lens, torch.Tensor):
+        raise TypeError(f"valid_lens must be a torch.Tensor, got {type(valid_lens).__name__}")
+    if valid_lens.is_floating_point() or valid_lens.dtype == torch.bool:
+        raise TypeError(f"valid_lens must be an integer tensor, got dtype {valid_lens.dtype}")
+    if valid_lens.numel() and (valid_lens.min() < 0 or valid_lens.max() > max_len):
+        raise ValueError(
+            f"valid_lens must lie in [0, {max_len}], got values from "
+            f"{int(valid_lens.min())} to {int(valid_lens.max())}"
+        )
+    positions = torch.arange(max_len, device=valid_lens.device)
+    return positions < valid_lens.unsqueeze(-1)  # (..., 1) vs (max_len,) -> (..., max_len)
+
+
+def causal_mask(length_q: int, length_k: int | None = None) -> torch.Tensor:
+    """Causal (look-ahead) mask: query ``i`` may attend to keys ``j <= i``.
+
+    Args:
+        length_q: number of queries ``L_q``.
+        length_k: number of keys ``L_k`` (default ``L_q``). With ``L_k > L_q`` the queries are
+            aligned to the *end* of the keys, as when new tokens attend to a cache of old ones.
+
+    Returns:
+        mask: ``(L_q, L_k)`` boolean, lower triangular for ``L_q == L_k``.
+    """
+    length_k = length_q if length_k is None else length_k
+    check_positive_int("length_q", length_q)
+    check_positive_int("length_k", length_k)
+    return torch.ones(length_q, length_k, dtype=torch.bool).tril(diagonal=length_k - length_q)

@@ -1,0 +1,84 @@
+"""Guards that make nbval's checks mean something.
+
+nbval silently skips a code cell that was never executed and happily compares a stored error,
+so these tests fail first: every notebook in the table of contents is stored fully executed,
+in order, with no error, warning or machine path in its outputs; and the table of contents and
+the ``book/`` folder agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.nbtiming import MARGIN, over_budget
+from tests.toc import ROOT, toc_entries, toc_notebooks
+
+NOTEBOOKS = toc_notebooks()
+MACHINE_PATH = re.compile(r"/(tmp|root|work|home)/[\w.-]+")
+
+
+def _code_cells(nb_path: Path) -> list[dict]:
+    nb = json.loads(nb_path.read_text())
+    return [
+        c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()
+    ]
+
+
+def test_book_has_notebooks():
+    assert NOTEBOOKS, "_toc.yml lists no notebook"
+
+
+def test_every_book_page_is_in_the_toc():
+    listed = {p.resolve() for p in toc_entries()}
+    pages = [p for p in (ROOT / "book").glob("*") if p.suffix in (".ipynb", ".md")]
+    missing = sorted(str(p.relative_to(ROOT)) for p in pages if p.resolve() not in listed)
+    assert not missing, f"in book/ but not in _toc.yml: {missing}"
+
+
+def test_toc_entry_that_does_not_exist_is_an_error(tmp_path):
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: gone\n")
+    (tmp_path / "intro.md").write_text("# Intro\n")
+    with pytest.raises(ValueError, match="gone"):
+        toc_entries(tmp_path)
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_code_cell_was_executed_in_order(nb_path):
+    counts = [c["execution_count"] for c in _code_cells(nb_path)]
+    never = [i for i, n in enumerate(counts) if n is None]
+    assert not never, f"{nb_path.name}: code cells {never} were never executed (run make execute)"
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{nb_path.name}: execution counts {counts} are not 1..n; re-run the whole notebook"
+    )
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_error_warning_or_machine_path_in_outputs(nb_path):
+    for i, cell in enumerate(_code_cells(nb_path)):
+        for out in cell["outputs"]:
+            assert out["output_type"] != "error", f"{nb_path.name} cell {i}: stored {out['ename']}"
+            if out["output_type"] == "stream":
+                assert out["name"] == "stdout", (
+                    f"{nb_path.name} cell {i}: stderr output {''.join(out['text'])[:200]!r}"
+                )
+            text = json.dumps(out.get("text", "")) + json.dumps(out.get("data", {}).get(
+                "text/plain", ""))
+            assert not MACHINE_PATH.search(text), f"{nb_path.name} cell {i}: machine path"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_uses_the_python3_kernel(nb_path):
+    meta = json.loads(nb_path.read_text())["metadata"]
+    assert meta.get("kernelspec", {}).get("name") == "python3", nb_path.name
+
+
+def test_time_budget_flags_a_slow_notebook_and_a_slow_book():
+    assert over_budget({"a.ipynb": 10.0, "b.ipynb": 20.0}) == []
+    slow = over_budget({"a.ipynb": MARGIN * 60 + 1})
+    assert len(slow) == 1 and "a.ipynb" in slow[0]
+    many = {f"{i}.ipynb": MARGIN * 60 - 1 for i in range(6)}
+    assert any("all notebooks" in r for r in over_budget(many))
