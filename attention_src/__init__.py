@@ -6,7 +6,9 @@ independent reference (PyTorch's own implementations or hand-computed examples).
 Modules, one concept each: ``softmax`` (softmax and masks), ``scoring`` (scoring functions),
 ``attention`` (scaled dot-product attention), ``multihead`` (self- and multi-head attention),
 ``positional`` (positional encoding), ``numpy_ref`` (NumPy versions), ``plotting``
-(``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks).
+(``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks), ``data`` (generated
+data sets), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops). The last
+three are imported as modules: ``from attention_src import data, seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
@@ -28,7 +30,13 @@ from attention_src.scoring import (
     ScaledDotScore,
     Score,
 )
-from attention_src.softmax import causal_mask, lengths_to_mask, masked_softmax, softmax
+from attention_src.softmax import (
+    causal_mask,
+    lengths_to_mask,
+    masked_softmax,
+    softmax,
+    softmax_jacobian,
+)
 from attention_src.utils import count_parameters, set_seed
 
 __version__ = "0.1.0"
@@ -55,5 +63,6 @@ __all__ = [
     "show_heatmaps",
     "sinusoidal_positional_encoding",
     "softmax",
+    "softmax_jacobian",
     "to_torch_multihead",
 ]

@@ -10,7 +10,7 @@ import torch
 
 from attention_src.validation import check_mask, check_positive_int, check_tensor
 
-__all__ = ["softmax", "masked_softmax", "lengths_to_mask", "causal_mask"]
+__all__ = ["softmax", "masked_softmax", "lengths_to_mask", "causal_mask", "softmax_jacobian"]
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -102,3 +102,24 @@ def causal_mask(length_q: int, length_k: int | None = None) -> torch.Tensor:
     check_positive_int("length_q", length_q)
     check_positive_int("length_k", length_k)
     return torch.ones(length_q, length_k, dtype=torch.bool).tril(diagonal=length_k - length_q)
+
+
+def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
+    """Jacobian of the softmax, given its output: ``J = diag(p) - p^T p`` for each row ``p``.
+
+    With ``p = softmax(s)`` over the last axis, ``J[..., i, j] = dp_i / ds_j
+    = p_i * (delta_ij - p_j)``. The matrix is symmetric, its rows sum to 0 (adding a constant
+    to every score changes nothing), and it vanishes when ``p`` is one-hot: a saturated softmax
+    passes no gradient back to its scores. By the chain rule the gradient reaching the scores
+    is ``dL/ds = J @ dL/dp``.
+
+    Args:
+        weights: ``(..., n)``, softmax outputs (each row non-negative, summing to 1) over the
+            last axis; floating point. Any leading batch axes.
+
+    Returns:
+        jacobian: ``(..., n, n)``, with ``jacobian[..., i, j] = d weights_i / d scores_j``.
+    """
+    check_tensor("weights", weights, min_rank=1)
+    # (..., n, n) diagonal of p, minus the outer product p_i p_j
+    return torch.diag_embed(weights) - weights.unsqueeze(-1) * weights.unsqueeze(-2)

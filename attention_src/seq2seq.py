@@ -1,0 +1,173 @@
+"""Recurrent encoder-decoders, with and without attention (chapters 1 and 2).
+
+* :class:`GRUEncoder` reads the source into one vector per position (its "annotations" ``h_j``)
+  and a final summary.
+* :class:`ContextDecoder` is the classic encoder-decoder of Cho et al. (2014): every output
+  step sees the **same** context vector ``C`` (the encoder's summary).
+* :class:`AttentionDecoder` is Bahdanau et al. (2015): step ``t`` scores its previous state
+  ``s_{t-1}`` against every ``h_j``, turns the scores into weights ``alpha_{t,j}`` and reads
+  its own context ``c_t = sum_j alpha_{t,j} h_j``; then ``s_t = GRU([y_{t-1}; c_t], s_{t-1})``.
+  Any scoring function of :mod:`attention_src.scoring` can be plugged in.
+* :class:`Seq2Seq` joins an encoder and a decoder: teacher-forced ``forward`` for training and
+  ``greedy_decode`` for inference, both returning the attention weights when there are any.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from attention_src.scoring import Attention, Score
+from attention_src.softmax import lengths_to_mask
+from attention_src.validation import check_positive_int
+
+__all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq"]
+
+
+def _check_ids(name: str, ids: torch.Tensor, rank: int) -> None:
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long:
+        raise TypeError(f"{name} must be a torch.long tensor of token ids")
+    if ids.dim() != rank:
+        raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(ids.shape)}")
+
+
+class GRUEncoder(nn.Module):
+    """Embedding + (bidirectional) GRU over a padded batch of source ids.
+
+    ``forward(src: (B, L_s) long, src_len: (B,)) -> (annotations: (B, L_s, output_dim),
+    summary: (B, output_dim))``. ``output_dim = hidden_dim * (2 if bidirectional else 1)``.
+    Padded positions of ``annotations`` are zero; ``summary`` is the last real state (both
+    directions concatenated), the fixed-size context ``C`` of a decoder without attention.
+    """
+
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int,
+                 bidirectional: bool = True, pad_id: int = 0):
+        super().__init__()
+        for name, v in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
+                        ("hidden_dim", hidden_dim)):
+            check_positive_int(name, v)
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
+        self.output_dim = hidden_dim * (2 if bidirectional else 1)
+
+    def forward(self, src: torch.Tensor, src_len: torch.Tensor):
+        _check_ids("src", src, 2)
+        if src_len.shape != (src.shape[0],):
+            raise ValueError(f"src_len must be ({src.shape[0]},), got {tuple(src_len.shape)}")
+        packed = pack_padded_sequence(self.embedding(src), src_len.cpu(), batch_first=True,
+                                      enforce_sorted=False)
+        out, h_n = self.rnn(packed)  # h_n: (num_directions, B, hidden)
+        annotations, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
+        summary = h_n.transpose(0, 1).reshape(src.shape[0], -1)  # (B, dirs*hidden)
+        return annotations, summary
+
+
+class ContextDecoder(nn.Module):
+    """GRU decoder conditioned on one fixed context vector ``C`` at every step (no attention).
+
+    ``s_0 = tanh(W C)``, ``s_t = GRU([e(y_{t-1}); C], s_{t-1})``,
+    ``logits_t = W_o [s_t; C; e(y_{t-1})]``.
+    ``forward(tgt_in: (B, L_t), annotations: (B, L_s, context_dim), summary: (B, context_dim),
+    src_len, state=None) -> (logits: (B, L_t, vocab), None, state: (1, B, hidden))``;
+    ``annotations`` and ``src_len`` are accepted for a common interface and ignored: the decoder
+    sees only ``summary``. Pass the returned ``state`` back in to continue decoding.
+    """
+
+    has_attention = False
+
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, context_dim: int,
+                 pad_id: int = 0):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.init_state = nn.Linear(context_dim, hidden_dim)
+        self.rnn = nn.GRU(embed_dim + context_dim, hidden_dim, batch_first=True)
+        self.output = nn.Linear(hidden_dim + context_dim + embed_dim, vocab_size)
+
+    def forward(self, tgt_in, annotations, summary, src_len, state=None):
+        emb = self.embedding(tgt_in)  # (B, L_t, e)
+        context = summary.unsqueeze(1).expand(-1, tgt_in.shape[1], -1)  # (B, L_t, c): same C
+        if state is None:
+            state = torch.tanh(self.init_state(summary)).unsqueeze(0)  # (1, B, hidden)
+        states, state = self.rnn(torch.cat([emb, context], dim=-1), state)  # (B, L_t, hidden)
+        logits = self.output(torch.cat([states, context, emb], dim=-1))
+        return logits, None, state
+
+
+class AttentionDecoder(nn.Module):
+    """Bahdanau-style GRU decoder that attends over the encoder annotations at every step.
+
+    At step ``t``: ``alpha_t = softmax(score(s_{t-1}, h_1..h_Ls))`` over the real source
+    positions, ``c_t = sum_j alpha_{t,j} h_j``, ``s_t = GRUCell([e(y_{t-1}); c_t], s_{t-1})``,
+    ``logits_t = W_o [s_t; c_t; e(y_{t-1})]``.
+
+    ``score`` is any :class:`attention_src.scoring.Score` taking queries of size ``hidden_dim``
+    and keys of size ``context_dim`` (dot-product scores need the two equal).
+
+    ``forward(tgt_in: (B, L_t), annotations: (B, L_s, context_dim), summary: (B, context_dim),
+    src_len: (B,), state=None) -> (logits: (B, L_t, vocab), weights: (B, L_t, L_s),
+    state: (B, hidden))``.
+    """
+
+    has_attention = True
+
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, context_dim: int,
+                 score: Score, pad_id: int = 0):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.init_state = nn.Linear(context_dim, hidden_dim)
+        self.attention = Attention(score)
+        self.cell = nn.GRUCell(embed_dim + context_dim, hidden_dim)
+        self.output = nn.Linear(hidden_dim + context_dim + embed_dim, vocab_size)
+
+    def forward(self, tgt_in, annotations, summary, src_len, state=None):
+        emb = self.embedding(tgt_in)  # (B, L_t, e)
+        mask = lengths_to_mask(src_len, annotations.shape[1])[:, None, :]  # (B, 1, L_s)
+        s = torch.tanh(self.init_state(summary)) if state is None else state  # (B, hidden)
+        logits, weights = [], []
+        for t in range(tgt_in.shape[1]):
+            # query = previous state s_{t-1}: (B, hidden) -> (B, 1, hidden)
+            context, alpha = self.attention(s.unsqueeze(1), annotations, annotations, mask)
+            context = context.squeeze(1)  # (B, 1, c) -> (B, c)
+            s = self.cell(torch.cat([emb[:, t], context], dim=-1), s)  # (B, hidden)
+            logits.append(self.output(torch.cat([s, context, emb[:, t]], dim=-1)))
+            weights.append(alpha.squeeze(1))  # (B, 1, L_s) -> (B, L_s)
+        return torch.stack(logits, dim=1), torch.stack(weights, dim=1), s
+
+
+class Seq2Seq(nn.Module):
+    """An encoder and a decoder.
+
+    ``forward(src: (B, L_s), src_len: (B,), tgt_in: (B, L_t)) -> (logits: (B, L_t, V),
+    weights: (B, L_t, L_s) or None)``, teacher-forced.
+    """
+
+    def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def forward(self, src, src_len, tgt_in):
+        _check_ids("tgt_in", tgt_in, 2)
+        annotations, summary = self.encoder(src, src_len)
+        logits, weights, _ = self.decoder(tgt_in, annotations, summary, src_len)
+        return logits, weights
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, src_len: torch.Tensor, steps: int, bos_id: int):
+        """Decode ``steps`` tokens, feeding back each step's most likely token.
+
+        Returns:
+            tokens: ``(B, steps)`` long; weights: ``(B, steps, L_s)`` or ``None``.
+        """
+        check_positive_int("steps", steps)
+        annotations, summary = self.encoder(src, src_len)
+        y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        state, tokens, weights = None, [], []
+        for _ in range(steps):
+            logits, alpha, state = self.decoder(y, annotations, summary, src_len, state=state)
+            y = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+            tokens.append(y)
+            if alpha is not None:
+                weights.append(alpha)
+        tokens = torch.cat(tokens, dim=1)
+        return tokens, (torch.cat(weights, dim=1) if weights else None)

@@ -1,0 +1,73 @@
+"""Shared hypothesis strategies and helpers for the unit tests of ``attention_src``.
+
+Only strategies, plain helpers and a settings object live here: no pytest hooks, so the nbval
+run over the notebooks (which does not collect this folder's conftest anyway) is unaffected.
+
+Tensors are drawn as a shape plus a seed for a ``torch.Generator``: hypothesis then shrinks
+shapes and seeds, and drawing stays fast (no element-by-element lists).
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+#: Settings of every property test: modest example count, no deadline (first calls into torch
+#: are slow), so the whole unit suite stays well under a minute on two cores.
+PROPERTY = settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+#: Tolerances per dtype for "equal to a reference computed differently".
+TOL = {torch.float32: {"atol": 1e-5, "rtol": 1e-5}, torch.float64: {"atol": 1e-10, "rtol": 1e-10}}
+
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+batch_shapes = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)
+lengths = st.integers(1, 6)
+features = st.integers(1, 6)
+
+
+def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0):
+    """A reproducible standard-normal tensor (times ``scale``) of ``shape``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype) * scale
+
+
+def random_mask(seed: int, *shape: int, p: float = 0.7) -> torch.Tensor:
+    """A reproducible boolean mask of ``shape``, each entry ``True`` with probability ``p``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=g) < p
+
+
+@st.composite
+def qkv(draw, dtype: torch.dtype = torch.float64, scale: float = 1.0):
+    """``(query, key, value)`` with 0-2 batch dims, any ``L_q, L_k, d_k, d_v`` in 1..6."""
+    batch = draw(batch_shapes)
+    L_q, L_k, d_k, d_v = draw(lengths), draw(lengths), draw(features), draw(features)
+    seed = draw(seeds)
+    q = randn(seed, *batch, L_q, d_k, dtype=dtype, scale=scale)
+    k = randn(seed + 1, *batch, L_k, d_k, dtype=dtype, scale=scale)
+    v = randn(seed + 2, *batch, L_k, d_v, dtype=dtype, scale=scale)
+    return q, k, v
+
+
+@st.composite
+def broadcast_masks(draw, scores_shape: tuple[int, ...]) -> torch.Tensor:
+    """A boolean mask that broadcasts to ``scores_shape`` ``(..., L_q, L_k)``.
+
+    Its shape is the full one, or a suffix of it, with any subset of dimensions set to 1
+    (e.g. ``(B, 1, L_k)`` padding masks, ``(L_q, L_k)`` masks shared by the batch).
+    """
+    keep = draw(st.integers(0, len(scores_shape)))
+    shape = list(scores_shape[len(scores_shape) - keep:])
+    shape = [1 if draw(st.booleans()) else n for n in shape]
+    return random_mask(draw(seeds), *shape, p=draw(st.sampled_from([0.3, 0.7, 1.0])))
+
+
+@st.composite
+def qkv_and_mask(draw, dtype: torch.dtype = torch.float64):
+    """``(query, key, value, mask)`` with a mask that broadcasts to the scores."""
+    q, k, v = draw(qkv(dtype=dtype))
+    scores_shape = (*q.shape[:-1], k.shape[-2])
+    return q, k, v, draw(broadcast_masks(scores_shape))
