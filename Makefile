@@ -52,7 +52,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 unit: $(STAMP)
-	$(PY) -m pytest tests -m "not browser" -n 2 \
+	$(PY) -m pytest tests -m "not browser" \
 	    --cov=attention_src --cov-report=term-missing --cov-fail-under=90
 
 nbtest: $(STAMP)

@@ -4,7 +4,8 @@ Every algorithm the chapters teach is defined once here, readable first, and tes
 independent reference (PyTorch's own implementations or hand-computed examples).
 
 Modules, one concept each: ``softmax`` (softmax and masks), ``scoring`` (scoring functions),
-``attention`` (scaled dot-product attention), ``multihead`` (self- and multi-head attention),
+``attention`` (scaled dot-product attention), ``kernel_regression``
+(Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head attention),
 ``positional`` (positional encoding), ``numpy_ref`` (NumPy versions), ``plotting``
 (``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks), ``data`` (generated
 data sets), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops). The last
@@ -12,6 +13,7 @@ three are imported as modules: ``from attention_src import data, seq2seq, traini
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
+from attention_src.kernel_regression import gaussian_kernel_scores, nadaraya_watson
 from attention_src.multihead import (
     MultiHeadAttention,
     MultiHeadSelfAttention,
@@ -56,8 +58,10 @@ __all__ = [
     "causal_mask",
     "count_parameters",
     "fuse_heads",
+    "gaussian_kernel_scores",
     "lengths_to_mask",
     "masked_softmax",
+    "nadaraya_watson",
     "scaled_dot_product_attention",
     "set_seed",
     "show_heatmaps",

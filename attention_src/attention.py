@@ -67,6 +67,14 @@ def attention_from_scores(
     """
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    check_tensor("scores", scores)
+    check_tensor("value", value)
+    check_same_dtype(scores=scores, value=value)
+    if scores.shape[:-2] != value.shape[:-2]:
+        raise ValueError(
+            f"scores {tuple(scores.shape)} and value {tuple(value.shape)} must share their "
+            "leading (batch) dimensions"
+        )
     if scores.shape[-1] != value.shape[-2]:
         raise ValueError(
             f"scores {tuple(scores.shape)} have {scores.shape[-1]} keys but value "

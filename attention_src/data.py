@@ -7,6 +7,8 @@
   ``"19.07.2020"`` ...) and their ISO form ``"2020-07-19"``, written by Babel's locale data
   (chapter 2).
 * :func:`encode_pairs`: turn (source, target) string pairs into padded tensors.
+* :func:`noisy_curve` and :func:`curve_target`: noisy samples of a smooth 1-D function, for
+  Nadaraya-Watson kernel regression (attention pooling without learning, chapter 1).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ __all__ = [
     "date_pairs",
     "DATE_FORMATS",
     "encode_pairs",
+    "curve_target",
+    "noisy_curve",
 ]
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
@@ -190,3 +194,31 @@ def date_pairs(
         human = format_date(date, formats[int(f)], locale=locale).lower()
         pairs.append((human, date.isoformat()))
     return pairs
+
+
+def curve_target(x: torch.Tensor) -> torch.Tensor:
+    """The smooth function behind :func:`noisy_curve`: ``f(x) = sin(2 x) + 0.6 x``."""
+    return torch.sin(2 * x) + 0.6 * x
+
+
+def noisy_curve(
+    n: int, noise: float = 0.4, x_max: float = 5.0, seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noisy samples ``y = f(x) + eps`` of :func:`curve_target` at random, sorted ``x``.
+
+    ``x`` is uniform on ``[0, x_max]`` and ``eps`` is Gaussian with standard deviation
+    ``noise``; both come from ``np.random.default_rng(seed)``, so a seed fixes the data.
+
+    Returns:
+        ``x``: ``(n,)`` in increasing order; ``y``: ``(n,)``; both of ``dtype``.
+    """
+    check_positive_int("n", n)
+    if not (np.isfinite(noise) and noise >= 0):
+        raise ValueError(f"noise must be a finite number >= 0, got {noise}")
+    if not (np.isfinite(x_max) and x_max > 0):
+        raise ValueError(f"x_max must be positive and finite, got {x_max}")
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(np.sort(rng.uniform(0.0, x_max, size=n))).to(dtype)
+    eps = torch.from_numpy(rng.normal(0.0, noise, size=n)).to(dtype)
+    return x, curve_target(x) + eps

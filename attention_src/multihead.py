@@ -16,7 +16,12 @@ from torch import nn
 
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.softmax import causal_mask
-from attention_src.validation import check_mask, check_positive_int, check_tensor
+from attention_src.validation import (
+    check_mask,
+    check_positive_int,
+    check_same_dtype,
+    check_tensor,
+)
 
 __all__ = [
     "SelfAttention",
@@ -83,7 +88,9 @@ class MultiHeadAttention(nn.Module):
     need_weights=True) -> (output: (B, L_q, E), weights: (B, h, L_q, L_k) or None)``.
     ``mask`` is boolean, ``True`` = may attend, of shape ``(L_q, L_k)``, ``(B, L_q, L_k)`` or
     ``(B, 1 or h, L_q, L_k)``. With ``need_weights=False`` the weights are not materialised
-    and PyTorch's fused kernel computes the same output.
+    and PyTorch's fused kernel computes the same output. The returned weights are the
+    attention distribution *before* dropout (``nn.MultiheadAttention`` returns them after
+    dropout in training mode; in eval mode the two agree).
     """
 
     def __init__(
@@ -139,6 +146,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"key and value must have the same length L_k, got key {tuple(key.shape)} "
                 f"and value {tuple(value.shape)}"
+            )
+        check_same_dtype(query=query, key=key, value=value)
+        if query.dtype != self.out_proj.weight.dtype:
+            raise TypeError(
+                f"inputs have dtype {query.dtype} but the module's parameters have dtype "
+                f"{self.out_proj.weight.dtype}; convert one of them, e.g. module.to({query.dtype})"
             )
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -243,8 +256,8 @@ class PerHeadMultiHeadAttention(nn.Module):
             )
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads
-        self.kdim = kdim or embed_dim
-        self.vdim = vdim or embed_dim
+        self.kdim = embed_dim if kdim is None else check_positive_int("kdim", kdim)
+        self.vdim = embed_dim if vdim is None else check_positive_int("vdim", vdim)
         self.heads = nn.ModuleList(
             _Head(embed_dim, self.kdim, self.vdim, self.head_dim, bias) for _ in range(num_heads)
         )
@@ -277,6 +290,8 @@ def fuse_heads(per_head: PerHeadMultiHeadAttention) -> MultiHeadAttention:
     bias = per_head.out_proj.bias is not None
     fused = MultiHeadAttention(per_head.embed_dim, per_head.num_heads, bias=bias,
                                kdim=per_head.kdim, vdim=per_head.vdim)
+    ref_weight = per_head.out_proj.weight  # the fused copy keeps per_head's dtype and device
+    fused = fused.to(device=ref_weight.device, dtype=ref_weight.dtype)
     for role in ("q_proj", "k_proj", "v_proj"):
         target = getattr(fused, role)
         parts = [getattr(h, role) for h in per_head.heads]
@@ -289,7 +304,8 @@ def fuse_heads(per_head: PerHeadMultiHeadAttention) -> MultiHeadAttention:
 
 @torch.no_grad()
 def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
-    """PyTorch's ``nn.MultiheadAttention(batch_first=True)`` with ``mha``'s weights.
+    """PyTorch's ``nn.MultiheadAttention(batch_first=True)`` with ``mha``'s weights, dtype and
+    train/eval mode.
 
     Remember the mask conventions differ: PyTorch's boolean ``attn_mask`` is ``True`` where
     attention is *blocked*, so pass ``~mask``.
@@ -297,7 +313,7 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     bias = mha.out_proj.bias is not None
     ref = nn.MultiheadAttention(mha.embed_dim, mha.num_heads, bias=bias, kdim=mha.kdim,
                                 vdim=mha.vdim, batch_first=True, dropout=mha.dropout)
-    ref = ref.to(mha.q_proj.weight.dtype)
+    ref = ref.to(mha.q_proj.weight.dtype).train(mha.training)  # same dtype, same mode
     weights = [mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]
     if ref._qkv_same_embed_dim:
         ref.in_proj_weight.copy_(torch.cat(weights, dim=0))  # 3 x (E, E) -> (3E, E)

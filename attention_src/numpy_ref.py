@@ -48,7 +48,8 @@ def scaled_dot_product_attention(
     """``softmax(Q K^T * scale) V`` in NumPy.
 
     Args:
-        query: ``(..., L_q, d_k)``; key: ``(..., L_k, d_k)``; value: ``(..., L_k, d_v)``.
+        query: ``(..., L_q, d_k)``; key: ``(..., L_k, d_k)``; value: ``(..., L_k, d_v)``;
+            one floating dtype and the same leading dimensions ``...`` for all three.
         mask: boolean, broadcastable to ``(..., L_q, L_k)``, ``True`` = may attend.
         scale: default ``1/sqrt(d_k)``.
 
@@ -61,12 +62,23 @@ def scaled_dot_product_attention(
         raise ValueError(f"query {query.shape} and key {key.shape} differ in feature size d_k")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key {key.shape} and value {value.shape} differ in length L_k")
-    if scale is None:
-        scale = 1.0 / np.sqrt(query.shape[-1])
+    if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+        raise ValueError(
+            f"query {query.shape}, key {key.shape} and value {value.shape} must share their "
+            "leading dimensions"
+        )
+    if len({query.dtype, key.dtype, value.dtype}) > 1:
+        raise TypeError(
+            f"inputs must share one dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
+        )
+    if scale is None:  # a Python float: NumPy then keeps float32 inputs float32
+        scale = 1.0 / float(np.sqrt(query.shape[-1]))
     scores = (query @ np.swapaxes(key, -1, -2)) * scale  # (..., L_q, L_k)
     if mask is None:
         weights = softmax(scores)
     else:
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"mask must be a numpy.ndarray, got {type(mask).__name__}")
         if mask.dtype != np.bool_:
             raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
         try:

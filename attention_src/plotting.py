@@ -82,7 +82,8 @@ def show_heatmaps(
             image = ax.imshow(grid[r, c], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
                               interpolation="nearest")
             if annotate:
-                mid = (vmin if vmin is not None else np.nanmin(grid) + vmax) / 2
+                low = vmin if vmin is not None else float(np.nanmin(grid))
+                mid = (low + vmax) / 2  # dark cells (below mid) get white text
                 for i in range(L_q):
                     for j in range(L_k):
                         value = grid[r, c, i, j]

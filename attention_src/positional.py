@@ -9,6 +9,9 @@ from ``2 pi`` for the first pair to nearly ``2 pi * 10000`` for the last.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 
 from attention_src.validation import check_positive_int
@@ -24,7 +27,7 @@ def sinusoidal_positional_encoding(
     Args:
         length: number of positions ``L``.
         dim: encoding width ``d`` (an odd ``d`` drops the last cosine column).
-        base: the ``10000`` of the formula.
+        base: the ``10000`` of the formula; positive and finite.
         dtype: floating dtype of the result.
 
     Returns:
@@ -32,8 +35,12 @@ def sinusoidal_positional_encoding(
     """
     check_positive_int("length", length)
     check_positive_int("dim", dim)
-    if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise TypeError(f"base must be a real number, got {type(base).__name__}")
+    if not (math.isfinite(base) and base > 0):
+        raise ValueError(f"base must be positive and finite, got {base}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     two_i = torch.arange(0, dim, 2, dtype=torch.float64)  # (ceil(d/2),)
     angle = position / base ** (two_i / dim)  # (L, 1) / (ceil(d/2),) -> (L, ceil(d/2))

@@ -10,6 +10,9 @@
   Any scoring function of :mod:`attention_src.scoring` can be plugged in.
 * :class:`Seq2Seq` joins an encoder and a decoder: teacher-forced ``forward`` for training and
   ``greedy_decode`` for inference, both returning the attention weights when there are any.
+* :func:`build_gru_seq2seq` builds the matched pair compared in chapter 1: the same
+  bidirectional encoder with a :class:`ContextDecoder` or an additive-attention
+  :class:`AttentionDecoder`.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attention_src.scoring import Attention, Score
+from attention_src.scoring import AdditiveScore, Attention, Score
 from attention_src.softmax import lengths_to_mask
 from attention_src.validation import check_positive_int
 
-__all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq"]
+__all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq", "build_gru_seq2seq"]
 
 
 def _check_ids(name: str, ids: torch.Tensor, rank: int) -> None:
@@ -53,6 +56,8 @@ class GRUEncoder(nn.Module):
 
     def forward(self, src: torch.Tensor, src_len: torch.Tensor):
         _check_ids("src", src, 2)
+        if not isinstance(src_len, torch.Tensor) or src_len.is_floating_point():
+            raise TypeError("src_len must be an integer torch.Tensor of source lengths")
         if src_len.shape != (src.shape[0],):
             raise ValueError(f"src_len must be ({src.shape[0]},), got {tuple(src_len.shape)}")
         packed = pack_padded_sequence(self.embedding(src), src_len.cpu(), batch_first=True,
@@ -171,3 +176,44 @@ class Seq2Seq(nn.Module):
                 weights.append(alpha)
         tokens = torch.cat(tokens, dim=1)
         return tokens, (torch.cat(weights, dim=1) if weights else None)
+
+
+def build_gru_seq2seq(
+    vocab_size: int, embed_dim: int, hidden_dim: int, attention: bool,
+    decoder_hidden_dim: int | None = None, seed: int = 0, pad_id: int = 0,
+) -> Seq2Seq:
+    """A bidirectional-GRU encoder with a decoder that does or does not attend.
+
+    The two variants share everything but the decoder: ``attention=False`` gives a
+    :class:`ContextDecoder` (one fixed context ``C`` for every step, Cho et al. 2014),
+    ``attention=True`` an :class:`AttentionDecoder` with an
+    :class:`~attention_src.scoring.AdditiveScore` of width ``decoder_hidden_dim`` (Bahdanau et
+    al. 2015). Source and target share one vocabulary of ``vocab_size`` ids.
+
+    Args:
+        vocab_size, embed_dim: vocabulary size and embedding width (encoder and decoder).
+        hidden_dim: GRU width of each encoder direction; the annotations have ``2 * hidden_dim``
+            features.
+        attention: whether the decoder attends.
+        decoder_hidden_dim: decoder GRU width and additive-score width (default
+            ``hidden_dim``).
+        seed: ``torch.manual_seed`` before the parameters are created, so a seed fixes them.
+
+    Returns:
+        an untrained :class:`Seq2Seq`.
+    """
+    check_positive_int("hidden_dim", hidden_dim)
+    dec_dim = hidden_dim if decoder_hidden_dim is None else decoder_hidden_dim
+    check_positive_int("decoder_hidden_dim", dec_dim)
+    if not isinstance(attention, bool):
+        raise TypeError(f"attention must be a bool, got {type(attention).__name__}")
+    torch.manual_seed(seed)
+    encoder = GRUEncoder(vocab_size, embed_dim, hidden_dim, bidirectional=True, pad_id=pad_id)
+    if attention:
+        score = AdditiveScore(dec_dim, encoder.output_dim, dec_dim)
+        decoder = AttentionDecoder(vocab_size, embed_dim, dec_dim, encoder.output_dim, score,
+                                   pad_id=pad_id)
+    else:
+        decoder = ContextDecoder(vocab_size, embed_dim, dec_dim, encoder.output_dim,
+                                 pad_id=pad_id)
+    return Seq2Seq(encoder, decoder)

@@ -9,7 +9,7 @@ from torch import nn
 from attention_src.data import SequencePairs
 from attention_src.validation import check_positive_int
 
-__all__ = ["train_seq2seq", "seq2seq_accuracy"]
+__all__ = ["train_seq2seq", "seq2seq_accuracy", "mean_by_length"]
 
 
 def train_seq2seq(
@@ -77,3 +77,31 @@ def seq2seq_accuracy(
         token_acc.append(correct.sum(1) / real.sum(1))
         exact.append(correct.sum(1) == real.sum(1))
     return torch.cat(token_acc), torch.cat(exact)
+
+
+def mean_by_length(
+    values: torch.Tensor, lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Average ``values`` over the examples of each length (e.g. accuracy by input length).
+
+    Args:
+        values: ``(N,)`` one number per example (bools count as 0/1).
+        lengths: ``(N,)`` integer lengths (e.g. ``data.src_len``).
+
+    Returns:
+        ``(unique_lengths, means, counts)``, each ``(G,)`` for the ``G`` distinct lengths in
+        increasing order; ``means`` is float64.
+    """
+    if not isinstance(values, torch.Tensor) or not isinstance(lengths, torch.Tensor):
+        raise TypeError("values and lengths must be torch tensors")
+    if lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+    if values.dim() != 1 or values.shape != lengths.shape or values.numel() == 0:
+        raise ValueError(
+            "values and lengths must be non-empty and 1-D of one shape, got "
+            f"{tuple(values.shape)} and {tuple(lengths.shape)}"
+        )
+    unique, inverse, counts = torch.unique(lengths, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(unique), dtype=torch.float64).index_add_(
+        0, inverse, values.to(torch.float64))
+    return unique, sums / counts, counts

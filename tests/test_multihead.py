@@ -1,0 +1,502 @@
+"""SelfAttention, MultiHeadAttention, MultiHeadSelfAttention, PerHeadMultiHeadAttention,
+fuse_heads and to_torch_multihead (attention_src.multihead).
+
+Peer: ``torch.nn.MultiheadAttention(batch_first=True)`` with copied weights. Its boolean
+``attn_mask`` / ``key_padding_mask`` mean the OPPOSITE of ours (True = blocked): pass ``~mask``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+import attention_src as att
+from attention_src.attention import scaled_dot_product_attention
+from attention_src.multihead import (
+    MultiHeadAttention,
+    MultiHeadSelfAttention,
+    PerHeadMultiHeadAttention,
+    SelfAttention,
+    fuse_heads,
+    to_torch_multihead,
+)
+from attention_src.softmax import causal_mask, lengths_to_mask
+from attention_src.utils import count_parameters
+from tests.conftest import PROPERTY, TOL, randn, random_mask, seeds
+
+F64 = TOL[torch.float64]
+B, L_Q, L_K, E, H = 2, 4, 5, 6, 3
+
+
+def _mha(seed: int = 0, dtype=torch.float64, **kwargs) -> MultiHeadAttention:
+    torch.manual_seed(seed)
+    m = MultiHeadAttention(E, H, **kwargs).to(dtype)
+    with torch.no_grad():  # non-zero biases, so that a wrong bias copy is visible
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.normal_()
+    return m.eval()
+
+
+def _inputs(kdim=E, vdim=E, L_q=L_Q, L_k=L_K, dtype=torch.float64, seed=10):
+    return (randn(seed, B, L_q, E, dtype=dtype), randn(seed + 1, B, L_k, kdim, dtype=dtype),
+            randn(seed + 2, B, L_k, vdim, dtype=dtype))
+
+
+def _safe_mask(seed: int, *shape: int) -> torch.Tensor:
+    """A random mask in which every row keeps key 0 (PyTorch gives NaN for fully masked rows)."""
+    mask = random_mask(seed, *shape, p=0.6)
+    mask[..., 0] = True
+    return mask
+
+
+def _torch_attn_mask(mask: torch.Tensor | None, num_heads: int):
+    """Our mask (True = may attend) as PyTorch's attn_mask (True = blocked)."""
+    if mask is None:
+        return None
+    if mask.dim() == 2:  # (L_q, L_k)
+        return ~mask
+    if mask.dim() == 3:  # (B, L_q, L_k) -> (B*h, L_q, L_k), PyTorch's per-head layout
+        return ~mask.repeat_interleave(num_heads, dim=0)
+    b, h, lq, lk = mask.shape  # (B, h or 1, L_q, L_k)
+    return ~mask.expand(b, num_heads, lq, lk).reshape(b * num_heads, lq, lk)
+
+
+MASK_SHAPES = {
+    "none": None,
+    "(L_q,L_k)": (L_Q, L_K),
+    "(B,L_q,L_k)": (B, L_Q, L_K),
+    "(B,1,L_q,L_k)": (B, 1, L_Q, L_K),
+    "(B,h,L_q,L_k)": (B, H, L_Q, L_K),
+}
+
+
+# --- MultiHeadAttention vs torch.nn.MultiheadAttention -------------------------------------
+
+
+@pytest.mark.parametrize("mask_kind", list(MASK_SHAPES))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dims", [(E, E), (4, 7), (E, 2)], ids=lambda d: f"kdim{d[0]}vdim{d[1]}")
+def test_mha_equals_torch_cross_attention(dims, bias, mask_kind):
+    kdim, vdim = dims
+    mha = _mha(kdim=kdim, vdim=vdim, bias=bias)
+    ref = to_torch_multihead(mha).eval()
+    q, k, v = _inputs(kdim, vdim)
+    shape = MASK_SHAPES[mask_kind]
+    mask = None if shape is None else _safe_mask(3, *shape)
+    out, w = mha(q, k, v, mask=mask)
+    ref_out, ref_w = ref(q, k, v, attn_mask=_torch_attn_mask(mask, H), need_weights=True,
+                         average_attn_weights=False)
+    assert out.shape == (B, L_Q, E) and w.shape == (B, H, L_Q, L_K)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
+    out_fast, w_none = mha(q, k, v, mask=mask, need_weights=False)
+    assert w_none is None
+    torch.testing.assert_close(out_fast, out, **F64)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_mha_equals_torch_self_attention_with_key_padding(bias):
+    mha = _mha(bias=bias)
+    ref = to_torch_multihead(mha).eval()
+    x = randn(5, B, L_K, E)
+    pad = lengths_to_mask(torch.tensor([L_K, 2]), L_K)  # (B, L_k)
+    out, w = mha(x, x, x, mask=pad[:, None, None, :])  # (B, 1, 1, L_k)
+    ref_out, ref_w = ref(x, x, x, key_padding_mask=~pad, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
+    _, ref_avg = ref(x, x, x, key_padding_mask=~pad)  # average over heads
+    torch.testing.assert_close(w.mean(1), ref_avg, **F64)
+
+
+def test_mha_float32_equals_torch_within_1e_5():
+    mha = _mha(dtype=torch.float32)
+    ref = to_torch_multihead(mha)
+    assert ref.in_proj_weight.dtype == torch.float32
+    q, k, v = _inputs(dtype=torch.float32)
+    mask = _safe_mask(1, B, L_Q, L_K)
+    out, w = mha(q, k, v, mask=mask)
+    ref_out, ref_w = ref(q, k, v, attn_mask=_torch_attn_mask(mask, H),
+                         average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **TOL[torch.float32])
+    torch.testing.assert_close(w, ref_w, **TOL[torch.float32])
+
+
+@torch.no_grad()
+def _manual_torch_copy(mha: MultiHeadAttention) -> nn.MultiheadAttention:
+    """Copy weights by hand, independently of to_torch_multihead, to check that function."""
+    bias = mha.q_proj.bias is not None
+    ref = nn.MultiheadAttention(E, H, bias=bias, kdim=mha.kdim, vdim=mha.vdim,
+                                batch_first=True).double().eval()
+    if mha.kdim == mha.vdim == E:  # one packed (3E, E) matrix: rows [W_q; W_k; W_v]
+        ref.in_proj_weight[:E] = mha.q_proj.weight
+        ref.in_proj_weight[E:2 * E] = mha.k_proj.weight
+        ref.in_proj_weight[2 * E:] = mha.v_proj.weight
+    else:
+        ref.q_proj_weight[:] = mha.q_proj.weight
+        ref.k_proj_weight[:] = mha.k_proj.weight
+        ref.v_proj_weight[:] = mha.v_proj.weight
+    if bias:
+        ref.in_proj_bias[:E] = mha.q_proj.bias
+        ref.in_proj_bias[E:2 * E] = mha.k_proj.bias
+        ref.in_proj_bias[2 * E:] = mha.v_proj.bias
+        ref.out_proj.bias[:] = mha.out_proj.bias
+    ref.out_proj.weight[:] = mha.out_proj.weight
+    return ref
+
+
+@pytest.mark.parametrize("dims", [(E, E), (4, 7)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_to_torch_multihead_equals_a_manual_weight_copy(dims, bias):
+    mha = _mha(kdim=dims[0], vdim=dims[1], bias=bias)
+    manual = _manual_torch_copy(mha)
+    copied = to_torch_multihead(mha)
+    assert set(manual.state_dict()) == set(copied.state_dict())
+    for name, tensor in manual.state_dict().items():
+        torch.testing.assert_close(copied.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
+    q, k, v = _inputs(*dims)
+    out, w = mha(q, k, v)
+    ref_out, ref_w = manual(q, k, v, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
+
+
+def test_to_torch_multihead_copies_the_training_mode():
+    mha = _mha(dropout=0.5).eval()
+    ref = to_torch_multihead(mha)  # no .eval() here: the copy must already be in eval mode
+    assert not ref.training
+    q, k, v = _inputs()
+    torch.testing.assert_close(mha(q, k, v)[0], ref(q, k, v)[0], **F64)
+    assert to_torch_multihead(mha.train()).training
+
+
+def test_parameter_counts_match_torch():
+    for kwargs in ({}, {"bias": False}, {"kdim": 4, "vdim": 7}):
+        mha = _mha(**kwargs)
+        assert count_parameters(mha) == count_parameters(to_torch_multihead(mha))
+    assert count_parameters(MultiHeadAttention(8, 2)) == 4 * (8 * 8 + 8)
+
+
+# --- need_weights, dropout ----------------------------------------------------------------
+
+
+def test_need_weights_modes_agree_with_fully_masked_rows():
+    mha = _mha()
+    q, k, v = _inputs()
+    mask = random_mask(7, B, H, L_Q, L_K, p=0.5)
+    mask[0, 1, 2] = False  # head 1, query 2 of batch 0 sees nothing
+    mask[1, :, 0] = False  # query 0 of batch 1 sees nothing in any head
+    out, w = mha(q, k, v, mask=mask)
+    out_fast, _ = mha(q, k, v, mask=mask, need_weights=False)
+    assert torch.isfinite(out).all() and torch.isfinite(out_fast).all()
+    torch.testing.assert_close(out_fast, out, **F64)
+    assert (w[0, 1, 2] == 0).all() and (w[1, :, 0] == 0).all()
+    # a query that sees nothing in any head: zero heads, so the output is out_proj's bias
+    torch.testing.assert_close(out[1, 0], mha.out_proj.bias, **F64)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_dropout_in_eval_mode_equals_no_dropout(need_weights):
+    plain = _mha(dropout=0.0)
+    dropping = _mha(dropout=0.4)
+    dropping.load_state_dict(plain.state_dict())
+    q, k, v = _inputs()
+    mask = _safe_mask(2, L_Q, L_K)
+    out, _ = dropping.eval()(q, k, v, mask=mask, need_weights=need_weights)
+    ref, _ = plain(q, k, v, mask=mask, need_weights=need_weights)
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    torch.manual_seed(0)
+    trained, _ = dropping.train()(q, k, v, mask=mask, need_weights=need_weights)
+    assert not torch.allclose(trained, ref)
+
+
+def test_dropout_in_training_returns_undropped_weights():
+    mha = _mha(dropout=0.4)
+    q, k, v = _inputs()
+    _, w_eval = mha.eval()(q, k, v)
+    torch.manual_seed(1)
+    _, w_train = mha.train()(q, k, v)
+    torch.testing.assert_close(w_train, w_eval, atol=0, rtol=0)
+
+
+# --- MultiHeadSelfAttention ----------------------------------------------------------------
+
+
+def _mhsa(seed=0, **kwargs) -> MultiHeadSelfAttention:
+    torch.manual_seed(seed)
+    m = MultiHeadSelfAttention(E, H, **kwargs).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.normal_()
+    return m.eval()
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_causal_self_attention_equals_torch(need_weights):
+    mhsa = _mhsa()
+    ref = to_torch_multihead(mhsa).eval()
+    x = randn(0, B, L_K, E)
+    out, w = mhsa(x, causal=True, need_weights=need_weights)
+    ref_out, ref_w = ref(x, x, x, attn_mask=~causal_mask(L_K), average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **F64)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, **F64)
+        assert (w.triu(diagonal=1) == 0).all()  # no weight on the future
+    # the explicit mask gives the same as causal=True
+    explicit, _ = mhsa(x, mask=causal_mask(L_K), need_weights=need_weights)
+    torch.testing.assert_close(explicit, out, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("pad_shape", ["(B,1,1,L)", "(B,L,L)", "(L,L)"])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_causal_combined_with_padding_equals_torch(pad_shape, need_weights):
+    mhsa = _mhsa(seed=1)
+    ref = to_torch_multihead(mhsa).eval()
+    x = randn(1, B, L_K, E)
+    lens = torch.tensor([L_K, 3])
+    pad = lengths_to_mask(lens, L_K)  # (B, L): key j valid when j < len
+    if pad_shape == "(B,1,1,L)":
+        mask = pad[:, None, None, :]
+        ref_out, ref_w = ref(x, x, x, attn_mask=~causal_mask(L_K), key_padding_mask=~pad,
+                             average_attn_weights=False)
+    elif pad_shape == "(B,L,L)":
+        mask = pad[:, None, :].expand(B, L_K, L_K)
+        ref_out, ref_w = ref(x, x, x, attn_mask=~causal_mask(L_K), key_padding_mask=~pad,
+                             average_attn_weights=False)
+    else:  # a (L, L) mask shared by the batch: block key 1 for every query after it
+        mask = torch.ones(L_K, L_K, dtype=torch.bool)
+        mask[2:, 1] = False
+        ref_out, ref_w = ref(x, x, x, attn_mask=~(mask & causal_mask(L_K)),
+                             average_attn_weights=False)
+    out, w = mhsa(x, mask=mask, causal=True, need_weights=need_weights)
+    torch.testing.assert_close(out, ref_out, **F64)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, **F64)
+
+
+def test_mhsa_non_causal_equals_mha_with_x_three_times():
+    mhsa = _mhsa()
+    x = randn(2, B, L_K, E)
+    mask = _safe_mask(3, B, L_K, L_K)
+    out, w = mhsa(x, mask=mask)
+    out2, w2 = MultiHeadAttention.forward(mhsa, x, x, x, mask=mask)
+    torch.testing.assert_close(out, out2, atol=0, rtol=0)
+    torch.testing.assert_close(w, w2, atol=0, rtol=0)
+
+
+# --- permutation equivariance --------------------------------------------------------------
+
+
+@PROPERTY
+@given(seed=seeds, L=st.integers(1, 6), data=st.data())
+def test_self_attention_is_permutation_equivariant(seed, L, data):
+    perm = torch.as_tensor(data.draw(st.permutations(range(L))))
+    torch.manual_seed(seed % 1000)
+    sa = SelfAttention(4, 3, 5, bias=True).double()
+    x = randn(seed, 2, L, 4)
+    keys = random_mask(seed + 1, 2, 1, L)
+    keys[..., 0] = True
+    out, w = sa(x, mask=keys)
+    out_p, w_p = sa(x[:, perm], mask=keys[..., perm])
+    torch.testing.assert_close(out_p, out[:, perm], atol=1e-12, rtol=0)
+    torch.testing.assert_close(w_p, w[:, perm][:, :, perm], atol=1e-12, rtol=0)
+
+
+@PROPERTY
+@given(seed=seeds, L=st.integers(1, 6), data=st.data())
+def test_multihead_self_attention_is_permutation_equivariant(seed, L, data):
+    perm = torch.as_tensor(data.draw(st.permutations(range(L))))
+    mhsa = _mhsa(seed=seed % 1000)
+    x = randn(seed, B, L, E)
+    for need_weights in (True, False):
+        out, w = mhsa(x, need_weights=need_weights)
+        out_p, w_p = mhsa(x[:, perm], need_weights=need_weights)
+        torch.testing.assert_close(out_p, out[:, perm], atol=1e-12, rtol=0)
+        if need_weights:
+            torch.testing.assert_close(w_p, w[:, :, perm][:, :, :, perm], atol=1e-12, rtol=0)
+
+
+# --- SelfAttention -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_equals_sdpa_of_its_projections(batch, bias):
+    torch.manual_seed(0)
+    sa = SelfAttention(d_in=4, d_k=3, d_v=5, bias=bias).double()
+    x = randn(1, *batch, 6, 4)
+    mask = _safe_mask(2, *batch, 6, 6)
+    for m in (None, mask):
+        out, w = sa(x, mask=m)
+        q = x @ sa.q_proj.weight.T + (sa.q_proj.bias if bias else 0)
+        k = x @ sa.k_proj.weight.T + (sa.k_proj.bias if bias else 0)
+        v = x @ sa.v_proj.weight.T + (sa.v_proj.bias if bias else 0)
+        ref_out, ref_w = scaled_dot_product_attention(q, k, v, mask=m)
+        assert out.shape == (*batch, 6, 5) and w.shape == (*batch, 6, 6)
+        torch.testing.assert_close(out, ref_out, **F64)
+        torch.testing.assert_close(w, ref_w, **F64)
+    assert count_parameters(sa) == 4 * (3 + 3 + 5) + (3 + 3 + 5) * bias
+
+
+def test_self_attention_rejects_bad_input():
+    sa = SelfAttention(4, 3, 5)
+    with pytest.raises(ValueError, match=r"x must have 4 features \(d_in\), got shape \(2, 6, 5\)"):
+        sa(torch.ones(2, 6, 5))
+    with pytest.raises(ValueError, match=r"x must have at least 2 dimensions, got shape \(4,\)"):
+        sa(torch.ones(4))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor.*torch.int64"):
+        sa(torch.ones(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="d_k must be positive, got 0"):
+        SelfAttention(4, 0, 5)
+    with pytest.raises(TypeError, match="d_v must be an int, got float"):
+        SelfAttention(4, 3, 5.0)
+
+
+# --- PerHeadMultiHeadAttention and fuse_heads ----------------------------------------------
+
+
+def _per_head(seed=0, dtype=torch.float64, **kwargs) -> PerHeadMultiHeadAttention:
+    torch.manual_seed(seed)
+    m = PerHeadMultiHeadAttention(E, H, **kwargs).to(dtype)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.normal_()
+    return m
+
+
+@pytest.mark.parametrize("mask_kind", list(MASK_SHAPES))
+@pytest.mark.parametrize("kwargs", [{}, {"bias": False}, {"kdim": 4, "vdim": 7}], ids=str)
+def test_fuse_heads_computes_the_same_function(kwargs, mask_kind):
+    per_head = _per_head(**kwargs)
+    fused = fuse_heads(per_head)
+    assert isinstance(fused, MultiHeadAttention)
+    assert fused.q_proj.weight.dtype == torch.float64  # the dtype of the per-head module
+    assert count_parameters(fused) == count_parameters(per_head)
+    q, k, v = _inputs(kwargs.get("kdim", E), kwargs.get("vdim", E))
+    shape = MASK_SHAPES[mask_kind]
+    mask = None if shape is None else random_mask(4, *shape, p=0.6)  # fully masked rows too
+    out, w = per_head(q, k, v, mask=mask)
+    fused_out, fused_w = fused(q, k, v, mask=mask)
+    torch.testing.assert_close(fused_out, out, **F64)
+    torch.testing.assert_close(fused_w, w, **F64)
+    fast, _ = fused(q, k, v, mask=mask, need_weights=False)
+    torch.testing.assert_close(fast, out, **F64)
+
+
+def test_per_head_module_is_a_loop_over_heads():
+    per_head = _per_head()
+    q, k, v = _inputs()
+    mask = random_mask(5, B, H, L_Q, L_K)
+    out, w = per_head(q, k, v, mask=mask)
+    heads = []
+    for i, head in enumerate(per_head.heads):
+        o, wi = scaled_dot_product_attention(head.q_proj(q), head.k_proj(k), head.v_proj(v),
+                                             mask=mask[:, i])
+        torch.testing.assert_close(w[:, i], wi, atol=0, rtol=0)
+        heads.append(o)
+    torch.testing.assert_close(out, per_head.out_proj(torch.cat(heads, -1)), atol=0, rtol=0)
+
+
+def test_per_head_equals_torch_via_fuse_heads():
+    per_head = _per_head(seed=3)
+    ref = to_torch_multihead(fuse_heads(per_head)).eval()
+    q, k, v = _inputs()
+    out, w = per_head(q, k, v)
+    ref_out, ref_w = ref(q, k, v, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttention, MultiHeadSelfAttention,
+                                 PerHeadMultiHeadAttention])
+def test_embed_dim_must_be_divisible_by_num_heads(cls):
+    with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(4\)"):
+        cls(10, 4)
+    with pytest.raises(ValueError, match="num_heads must be positive, got 0"):
+        cls(8, 0)
+    with pytest.raises(TypeError, match="embed_dim must be an int, got float"):
+        cls(8.0, 2)
+
+
+def test_mha_rejects_bad_constructor_arguments():
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.0"):
+        MultiHeadAttention(8, 2, dropout=1.0)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got -0.5"):
+        MultiHeadSelfAttention(8, 2, dropout=-0.5)
+    with pytest.raises(ValueError, match="kdim must be positive, got 0"):
+        MultiHeadAttention(8, 2, kdim=0)
+    with pytest.raises(TypeError, match="vdim must be an int, got str"):
+        MultiHeadAttention(8, 2, vdim="4")
+    with pytest.raises(ValueError, match="kdim must be positive, got 0"):
+        PerHeadMultiHeadAttention(8, 2, kdim=0)
+
+
+@pytest.mark.parametrize("module", [_mha, _per_head], ids=["fused", "per_head"])
+def test_mha_rejects_bad_inputs(module):
+    m = module()
+    q, k, v = _inputs()
+    with pytest.raises(ValueError, match=r"query must have at least 3 dimensions, got shape "
+                                         r"\(4, 6\)"):
+        m(q[0], k, v)
+    with pytest.raises(ValueError, match=r"key must be \(B, L, features\), got shape "
+                                         r"\(1, 2, 5, 6\)"):
+        m(q, k[None], v)
+    with pytest.raises(ValueError, match=r"value must have 6 features, got shape \(2, 5, 4\)"):
+        m(q, k, v[..., :4])
+    with pytest.raises(ValueError, match=r"share the batch size, got \(2, 4, 6\), \(1, 5, 6\), "
+                                         r"\(2, 5, 6\)"):
+        m(q, k[:1], v)
+    with pytest.raises(ValueError, match=r"same length L_k, got key \(2, 5, 6\) and value "
+                                         r"\(2, 3, 6\)"):
+        m(q, k, v[:, :3])
+    with pytest.raises(TypeError, match="query must be a floating-point tensor.*torch.int64"):
+        m(q.long(), k, v)
+    with pytest.raises(TypeError, match="key must be a torch.Tensor, got list"):
+        m(q, k.tolist(), v)
+    with pytest.raises(TypeError, match="one dtype.*query: torch.float32, key: torch.float64"):
+        m(q.float(), k, v)
+    with pytest.raises(TypeError, match="dtype torch.float32.*parameters.*torch.float64"):
+        m(q.float(), k.float(), v.float())
+
+
+@pytest.mark.parametrize("module", [_mha, _per_head], ids=["fused", "per_head"])
+def test_mha_rejects_bad_masks(module):
+    m = module()
+    q, k, v = _inputs()
+    bool_ones = lambda *s: torch.ones(*s, dtype=torch.bool)  # noqa: E731
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 2, 4, 5\) does not broadcast to "
+                                         r"the scores' shape \(2, 3, 4, 5\)"):
+        m(q, k, v, mask=bool_ones(B, 2, L_Q, L_K))  # 2 heads' masks for 3 heads
+    with pytest.raises(ValueError, match=r"mask of shape \(1, 2, 3, 4, 5\) .* \(2, 3, 4, 5\)"):
+        m(q, k, v, mask=bool_ones(1, B, H, L_Q, L_K))  # more leading dims: no silent broadcast
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5, 4\) .* \(2, 3, 4, 5\)"):
+        m(q, k, v, mask=bool_ones(B, L_K, L_Q))  # transposed (B, L_k, L_q)
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) .* \(2, 3, 4, 5\)"):
+        m(q, k, v, mask=bool_ones(L_Q, L_Q))
+    with pytest.raises(TypeError, match="mask must have dtype torch.bool.*torch.float64"):
+        m(q, k, v, mask=torch.ones(L_Q, L_K, dtype=torch.float64))
+
+
+def test_mhsa_rejects_bad_input():
+    mhsa = _mhsa()
+    with pytest.raises(ValueError, match=r"x must have at least 3 dimensions, got shape \(5, 6\)"):
+        mhsa(randn(0, L_K, E), causal=True)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        mhsa([[0.0] * E])
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 5\) .* \(2, 3, 5, 5\)"):
+        mhsa(randn(0, B, L_K, E), mask=torch.ones(3, L_K, dtype=torch.bool), causal=True)
+    with pytest.raises(TypeError, match="mask must have dtype torch.bool"):
+        mhsa(randn(0, B, L_K, E), mask=torch.ones(B, L_K, L_K), causal=True)
+
+
+def test_top_level_exports():
+    assert att.MultiHeadAttention is MultiHeadAttention
+    assert att.fuse_heads is fuse_heads and att.to_torch_multihead is to_torch_multihead

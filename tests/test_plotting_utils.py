@@ -1,0 +1,186 @@
+"""show_heatmaps (attention_src.plotting) and set_seed / count_parameters (attention_src.utils)."""
+
+from __future__ import annotations
+
+import random
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+from torch import nn  # noqa: E402
+
+import attention_src as att  # noqa: E402
+from attention_src.plotting import DEFAULT_CMAP, show_heatmaps  # noqa: E402
+from attention_src.utils import count_parameters, set_seed  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _colorbars(fig):
+    """The axes of ``fig`` that are colour bars (matplotlib tags them with ``_colorbar``)."""
+    return [ax for ax in fig.axes if hasattr(ax, "_colorbar")]
+
+
+# --- show_heatmaps -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape,grid",
+    [((3, 4), (1, 1)), ((2, 3, 4), (1, 2)), ((3, 2, 3, 4), (3, 2)), ((1, 5, 2, 2), (1, 5))],
+    ids=str,
+)
+@pytest.mark.parametrize("kind", ["torch", "numpy", "list"])
+def test_grid_shape_and_one_shared_colorbar(shape, grid, kind):
+    data = torch.rand(shape, generator=torch.Generator().manual_seed(0))
+    matrices = {"torch": data, "numpy": data.numpy(), "list": data.tolist()}[kind]
+    fig, axes = show_heatmaps(matrices)
+    assert isinstance(fig, plt.Figure)
+    assert isinstance(axes, np.ndarray) and axes.shape == grid
+    assert len(_colorbars(fig)) == 1  # one colour bar for the whole grid
+    assert len(fig.axes) == grid[0] * grid[1] + 1
+    flat = data.reshape(-1, *shape[-2:])
+    for ax, expected in zip(axes.ravel(), flat, strict=True):
+        (image,) = ax.get_images()
+        np.testing.assert_allclose(image.get_array(), expected.numpy(), rtol=1e-6)
+        assert image.get_clim() == (0.0, pytest.approx(float(data.max())))  # shared scale
+        assert image.get_cmap().name == DEFAULT_CMAP
+
+
+def test_labels_titles_and_ticks():
+    weights = torch.softmax(torch.randn(2, 3, 4, 5), -1)
+    fig, axes = show_heatmaps(
+        weights, xlabel="Key", ylabel="Query", titles=["h0", "h1", "h2"],
+        row_titles=["layer 1", "layer 2"], xticklabels=list("abcde"), yticklabels=list("wxyz"),
+        colorbar_label="weight", suptitle="All heads",
+    )
+    assert [ax.get_title() for ax in axes[0]] == ["h0", "h1", "h2"]
+    assert all(ax.get_title() == "" for ax in axes[1])
+    assert [ax.get_xlabel() for ax in axes[-1]] == ["Key"] * 3  # bottom row only
+    assert all(ax.get_xlabel() == "" for ax in axes[0])
+    assert [axes[r, 0].get_ylabel() for r in range(2)] == ["layer 1\nQuery", "layer 2\nQuery"]
+    assert all(ax.get_ylabel() == "" for ax in axes[:, 1:].ravel())  # first column only
+    assert [t.get_text() for t in axes[1, 2].get_xticklabels()] == list("abcde")
+    # shared y axes: the token labels show on the first column
+    assert [t.get_text() for t in axes[1, 0].get_yticklabels()] == list("wxyz")
+    (cbar_ax,) = _colorbars(fig)
+    assert cbar_ax.get_ylabel() == "weight"
+    assert fig.get_suptitle() == "All heads"
+
+
+def test_defaults():
+    fig, axes = show_heatmaps(np.eye(3))
+    assert axes[0, 0].get_xlabel() == "Keys" and axes[0, 0].get_ylabel() == "Queries"
+    assert _colorbars(fig)[0].get_ylabel() == "attention weight"
+    assert tuple(fig.get_size_inches()) == pytest.approx((2.6 + 1.0, 2.4))
+    fig2, _ = show_heatmaps(np.ones((2, 3, 2, 2)), figsize=(5, 4))
+    assert tuple(fig2.get_size_inches()) == pytest.approx((5, 4))
+
+
+def test_explicit_colour_limits_and_cmap():
+    fig, axes = show_heatmaps(np.array([[0.2, 0.4], [0.6, 0.8]]), vmin=None, vmax=2.0,
+                              cmap="magma")
+    (image,) = axes[0, 0].get_images()
+    assert image.get_clim() == (pytest.approx(0.2), 2.0)  # vmin=None: the data minimum
+    assert image.get_cmap().name == "magma"
+
+
+def test_annotate_writes_each_value():
+    data = np.array([[[0.1, 0.9], [0.5, 0.25]]] * 2)  # (2 panels, 2, 2)
+    fig, axes = show_heatmaps(data, annotate=True)
+    for ax in axes.ravel():
+        assert sorted(t.get_text() for t in ax.texts) == ["0.10", "0.25", "0.50", "0.90"]
+        colours = {t.get_text(): to_hex(t.get_color()) for t in ax.texts}
+        # viridis is dark at the bottom: white text below the middle of the scale, black above
+        assert colours["0.10"] == to_hex("white") and colours["0.90"] == to_hex("black")
+        assert colours["0.25"] == to_hex("white")
+
+
+def test_annotate_without_vmin_uses_the_data_minimum():
+    fig, axes = show_heatmaps(np.array([[10.0, 11.0], [12.0, 19.0]]), annotate=True, vmin=None)
+    colours = {t.get_text(): to_hex(t.get_color()) for t in axes[0, 0].texts}
+    # scale 10..19, midpoint 14.5: 12 is dark (white text), 19 light (black text)
+    assert colours["12.00"] == to_hex("white") and colours["19.00"] == to_hex("black")
+
+
+def test_accepts_tensors_that_require_grad_and_other_dtypes():
+    w = torch.rand(2, 3, 3, requires_grad=True)
+    fig, axes = show_heatmaps(w * 2)  # not detached by the caller
+    assert axes.shape == (1, 2)
+    fig, axes = show_heatmaps(torch.rand(3, 3, dtype=torch.bfloat16))
+    assert axes.shape == (1, 1)
+
+
+@pytest.mark.parametrize("shape", [(4,), (), (1, 2, 3, 4, 5)], ids=str)
+def test_rejects_bad_shapes(shape):
+    with pytest.raises(ValueError, match=rf"matrices must be \(L_q, L_k\), \(cols, L_q, L_k\) "
+                                         rf"or \(rows, cols, L_q, L_k\), got shape "
+                                         rf"{repr(shape).replace('(', '[(]').replace(')', '[)]')}"):
+        show_heatmaps(np.zeros(shape))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"titles": ["a", "b"]}, "titles has 2 entries, expected 3"),
+        ({"row_titles": ["r"]}, "row_titles has 1 entries, expected 2"),
+        ({"xticklabels": list("abc")}, "xticklabels has 3 entries, expected 5"),
+        ({"yticklabels": list("abcde")}, "yticklabels has 5 entries, expected 4"),
+    ],
+)
+def test_rejects_wrong_label_counts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        show_heatmaps(np.zeros((2, 3, 4, 5)), **kwargs)
+    assert not plt.get_fignums()  # the error comes before any figure is created
+
+
+def test_top_level_export():
+    assert att.show_heatmaps is show_heatmaps
+
+
+# --- utils ---------------------------------------------------------------------------------
+
+
+def _draws():
+    return (random.random(), np.random.rand(3).tolist(),  # noqa: NPY002 - the global generator
+            torch.rand(3).tolist(), torch.nn.Linear(2, 2).weight.detach().clone())
+
+
+@pytest.mark.parametrize("seed", [0, 1234, 2**40, -5])
+def test_set_seed_makes_random_numpy_and_torch_reproducible(seed):
+    set_seed(seed)
+    first = _draws()
+    set_seed(seed)
+    second = _draws()
+    assert first[:3] == second[:3]
+    assert torch.equal(first[3], second[3])
+    set_seed(seed + 1)
+    other = _draws()
+    assert other[0] != first[0] and other[1] != first[1] and other[2] != first[2]
+
+
+@pytest.mark.parametrize("bad,name", [(1.5, "float"), ("3", "str"), (True, "bool"),
+                                      (None, "NoneType"), (np.float64(2.0), "float64")])
+def test_set_seed_rejects_non_int(bad, name):
+    with pytest.raises(TypeError, match=f"seed must be an int, got {name}"):
+        set_seed(bad)
+
+
+def test_count_parameters_counts_trainable_elements_only():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2, bias=False))
+    assert count_parameters(model) == 3 * 4 + 4 + 4 * 2
+    model[0].bias.requires_grad_(False)
+    assert count_parameters(model) == 3 * 4 + 4 * 2
+    model.register_buffer("running", torch.zeros(10))  # buffers are not parameters
+    assert count_parameters(model) == 3 * 4 + 4 * 2
+    assert count_parameters(nn.ReLU()) == 0
+    assert att.count_parameters is count_parameters and att.set_seed is set_seed

@@ -1,0 +1,99 @@
+"""sinusoidal_positional_encoding (attention_src.positional) against a hand loop of the formula
+
+    PE[pos, 2i] = sin(pos / 10000^(2i/d)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attention_src as att
+from attention_src.positional import sinusoidal_positional_encoding
+
+
+def _hand_pe(length: int, d: int, base: float = 10000.0) -> list[list[float]]:
+    table = []
+    for pos in range(length):
+        row = []
+        for col in range(d):
+            i = col // 2  # column pair index: columns 2i and 2i+1 share a frequency
+            angle = pos / base ** (2 * i / d)
+            row.append(math.sin(angle) if col % 2 == 0 else math.cos(angle))
+        table.append(row)
+    return table
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 7, 8, 16, 33])
+@pytest.mark.parametrize("length", [1, 5, 50])
+def test_equals_hand_loop_for_even_and_odd_d(length, d):
+    pe = sinusoidal_positional_encoding(length, d, dtype=torch.float64)
+    assert pe.shape == (length, d)
+    expected = torch.tensor(_hand_pe(length, d), dtype=torch.float64)
+    torch.testing.assert_close(pe, expected, atol=1e-12, rtol=0)
+
+
+def test_custom_base():
+    pe = sinusoidal_positional_encoding(6, 4, base=100.0, dtype=torch.float64)
+    torch.testing.assert_close(pe, torch.tensor(_hand_pe(6, 4, base=100.0), dtype=torch.float64),
+                               atol=1e-12, rtol=0)
+
+
+def test_known_values():
+    pe = sinusoidal_positional_encoding(3, 4, dtype=torch.float64)
+    assert pe[0].tolist() == [0.0, 1.0, 0.0, 1.0]  # position 0: sin 0 = 0, cos 0 = 1
+    # position 1, pair 0: angle 1; pair 1: angle 1/10000^(2/4) = 0.01
+    torch.testing.assert_close(pe[1], torch.tensor([math.sin(1), math.cos(1), math.sin(0.01),
+                                                    math.cos(0.01)], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_dtype_and_range(dtype):
+    pe = sinusoidal_positional_encoding(100, 10, dtype=dtype)
+    assert pe.dtype == dtype and pe.shape == (100, 10)
+    assert pe.abs().max() <= 1
+    ref = torch.tensor(_hand_pe(100, 10), dtype=torch.float64).to(dtype)
+    torch.testing.assert_close(pe, ref, atol=0, rtol=0)  # computed in float64, rounded once
+
+
+def test_default_dtype_is_float32():
+    assert sinusoidal_positional_encoding(4, 6).dtype == torch.float32
+    assert att.sinusoidal_positional_encoding is sinusoidal_positional_encoding
+
+
+def test_each_sin_cos_pair_has_unit_norm():
+    pe = sinusoidal_positional_encoding(20, 8, dtype=torch.float64)
+    pairs = pe.reshape(20, 4, 2)
+    torch.testing.assert_close(pairs.pow(2).sum(-1), torch.ones(20, 4, dtype=torch.float64))
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="length must be positive, got 0"):
+        sinusoidal_positional_encoding(0, 4)
+    with pytest.raises(ValueError, match="dim must be positive, got -2"):
+        sinusoidal_positional_encoding(5, -2)
+    with pytest.raises(TypeError, match="length must be an int, got float"):
+        sinusoidal_positional_encoding(5.0, 4)
+    with pytest.raises(TypeError, match="dim must be an int, got bool"):
+        sinusoidal_positional_encoding(5, True)
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got torch.int64"):
+        sinusoidal_positional_encoding(5, 4, dtype=torch.int64)
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got torch.bool"):
+        sinusoidal_positional_encoding(5, 4, dtype=torch.bool)
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got 'float32'"):
+        sinusoidal_positional_encoding(5, 4, dtype="float32")
+    # base 0 would divide by 0 ** (2i/d) = 0 and fill the table with NaN
+    for bad in (0.0, -10.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match=f"base must be positive and finite, got {bad}"):
+            sinusoidal_positional_encoding(5, 4, base=bad)
+    with pytest.raises(TypeError, match="base must be a real number, got str"):
+        sinusoidal_positional_encoding(5, 4, base="10000")
+
+
+def test_base_may_be_any_real_number_type():
+    ref = sinusoidal_positional_encoding(4, 6, base=100.0)
+    for base in (100, np.int64(100), np.float32(100.0)):
+        torch.testing.assert_close(sinusoidal_positional_encoding(4, 6, base=base), ref)

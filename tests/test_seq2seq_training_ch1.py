@@ -1,0 +1,89 @@
+"""Tests of the chapter-1 helpers ``seq2seq.build_gru_seq2seq`` and ``training.mean_by_length``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_src import seq2seq, training
+from attention_src.scoring import AdditiveScore
+
+
+def test_build_gives_matched_models_that_differ_only_in_the_decoder():
+    plain = seq2seq.build_gru_seq2seq(9, 4, 6, attention=False, seed=3)
+    attn = seq2seq.build_gru_seq2seq(9, 4, 6, attention=True, seed=3)
+    assert isinstance(plain.decoder, seq2seq.ContextDecoder)
+    assert isinstance(attn.decoder, seq2seq.AttentionDecoder)
+    assert isinstance(attn.decoder.attention.score, AdditiveScore)
+    assert plain.encoder.output_dim == attn.encoder.output_dim == 12  # bidirectional
+    # the same seed gives the same encoder weights in both
+    for (name, a), (_, b) in zip(plain.encoder.state_dict().items(),
+                                 attn.encoder.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert plain.decoder.rnn.hidden_size == attn.decoder.cell.hidden_size == 6
+
+
+def test_build_decoder_width_and_seed():
+    m = seq2seq.build_gru_seq2seq(9, 4, 6, attention=True, decoder_hidden_dim=5, seed=0)
+    assert m.decoder.cell.hidden_size == 5
+    assert m.decoder.attention.score.d_q == 5 and m.decoder.attention.score.d_k == 12
+    again = seq2seq.build_gru_seq2seq(9, 4, 6, attention=True, decoder_hidden_dim=5, seed=0)
+    other = seq2seq.build_gru_seq2seq(9, 4, 6, attention=True, decoder_hidden_dim=5, seed=1)
+    w = m.decoder.output.weight
+    assert torch.equal(w, again.decoder.output.weight)
+    assert not torch.equal(w, other.decoder.output.weight)
+
+
+def test_built_models_run_forward_and_greedy_decode():
+    src = torch.tensor([[3, 4, 5], [6, 7, 0]])
+    src_len = torch.tensor([3, 2])
+    tgt_in = torch.tensor([[1, 5, 4, 3], [1, 7, 6, 0]])
+    for attention in (False, True):
+        model = seq2seq.build_gru_seq2seq(9, 4, 6, attention=attention)
+        logits, weights = model(src, src_len, tgt_in)
+        assert logits.shape == (2, 4, 9)
+        assert (weights is None) == (not attention)
+        tokens, _ = model.greedy_decode(src, src_len, steps=4, bos_id=1)
+        assert tokens.shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [({"hidden_dim": 0}, ValueError), ({"decoder_hidden_dim": 0}, ValueError),
+     ({"attention": 1}, TypeError), ({"hidden_dim": 2.0}, TypeError)],
+)
+def test_build_bad_arguments(kwargs, error):
+    args = {"vocab_size": 9, "embed_dim": 4, "hidden_dim": 6, "attention": True} | kwargs
+    with pytest.raises(error):
+        seq2seq.build_gru_seq2seq(**args)
+
+
+def test_mean_by_length_hand_example():
+    values = torch.tensor([1.0, 0.5, 0.0, 1.0, 0.25])
+    lengths = torch.tensor([3, 5, 3, 5, 7])
+    unique, means, counts = training.mean_by_length(values, lengths)
+    assert unique.tolist() == [3, 5, 7]
+    assert means.dtype == torch.float64
+    assert means.tolist() == [0.5, 0.75, 0.25]
+    assert counts.tolist() == [2, 2, 1]
+
+
+def test_mean_by_length_counts_bools_as_zero_one():
+    hits = torch.tensor([True, False, True])
+    _, means, _ = training.mean_by_length(hits, torch.tensor([2, 2, 4]))
+    assert means.tolist() == [0.5, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("values", "lengths", "error"),
+    [
+        ([1.0], torch.tensor([1]), TypeError),
+        (torch.ones(2), torch.tensor([1.0, 2.0]), TypeError),
+        (torch.ones(2), torch.tensor([1, 2, 3]), ValueError),
+        (torch.ones(2, 1), torch.tensor([1, 2]), ValueError),
+        (torch.ones(0), torch.zeros(0, dtype=torch.long), ValueError),
+    ],
+)
+def test_mean_by_length_bad_input(values, lengths, error):
+    with pytest.raises(error):
+        training.mean_by_length(values, lengths)

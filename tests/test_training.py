@@ -1,0 +1,155 @@
+"""Tests of ``attention_src.training``: the teacher-forced loop and greedy-decoding accuracy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attention_src import AdditiveScore
+from attention_src.data import SequencePairs, Vocab, encode_pairs, reverse_task
+from attention_src.seq2seq import AttentionDecoder, ContextDecoder, GRUEncoder, Seq2Seq
+from attention_src.training import seq2seq_accuracy, train_seq2seq
+
+VOCAB = Vocab("abcd")
+
+
+def _reverse_data(n: int = 256, seed: int = 0) -> SequencePairs:
+    return encode_pairs(reverse_task(n, 2, 5, num_symbols=4, seed=seed), VOCAB, VOCAB)
+
+
+def _model(seed: int = 0, attention: bool = True) -> Seq2Seq:
+    torch.manual_seed(seed)
+    encoder = GRUEncoder(len(VOCAB), 8, 16)
+    if attention:
+        decoder = AttentionDecoder(len(VOCAB), 8, 32, 32, AdditiveScore(32, 32, 16))
+    else:
+        decoder = ContextDecoder(len(VOCAB), 8, 32, 32)
+    return Seq2Seq(encoder, decoder)
+
+
+@pytest.mark.parametrize("attention", [True, False], ids=["attention", "context"])
+def test_training_lowers_the_loss_on_a_tiny_reverse_task(attention):
+    data = _reverse_data()
+    model = _model(attention=attention)
+    losses = train_seq2seq(model, data, steps=60, batch_size=32, lr=1e-2)
+    assert len(losses) == 60 and all(isinstance(x, float) for x in losses)
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    assert last < 0.8 * first, (first, last)
+    assert not model.training  # left in evaluation mode
+
+
+def test_training_is_reproducible_with_the_same_seed():
+    data = _reverse_data(64)
+    runs = []
+    for _ in range(2):
+        model = _model(seed=3)
+        losses = train_seq2seq(model, data, steps=8, batch_size=16, seed=5)
+        runs.append((losses, [p.detach().clone() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1], strict=True):
+        assert torch.equal(a, b)
+    other = train_seq2seq(_model(seed=3), data, steps=8, batch_size=16, seed=6)
+    assert other != runs[0][0]  # another batch order, another run
+
+
+def test_training_logs_the_mean_loss_every_log_every_steps(capsys):
+    data = _reverse_data(32)
+    losses = train_seq2seq(_model(), data, steps=4, batch_size=8, log_every=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0] == f"step     2  loss {sum(losses[:2]) / 2:.4f}"
+    assert lines[1].startswith("step     4  loss ")
+
+
+def test_batch_larger_than_the_data_uses_all_of_it():
+    data = _reverse_data(5)
+    losses = train_seq2seq(_model(), data, steps=2, batch_size=64)
+    assert len(losses) == 2
+
+
+def test_gradients_are_clipped():
+    """With a tiny clip norm and SGD-like steps, parameters barely move."""
+    data = _reverse_data(32)
+    model = _model()
+    before = [p.detach().clone() for p in model.parameters()]
+    train_seq2seq(model, data, steps=1, batch_size=8, lr=1e-3, clip=1e-6)
+    moved = max(float((p.detach() - b).abs().max())
+                for p, b in zip(model.parameters(), before, strict=True))
+    assert 0 < moved <= 1.01e-3  # Adam's first step moves each weight by about lr
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"steps": 0}, ValueError, "steps must be positive"),
+        ({"steps": 2.5}, TypeError, "steps must be an int"),
+        ({"batch_size": 0}, ValueError, "batch_size must be positive"),
+    ],
+)
+def test_training_bad_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        train_seq2seq(_model(), _reverse_data(8), **({"steps": 1} | kwargs))
+
+
+# ------------------------------------------------------------------------ seq2seq_accuracy
+
+
+class _Stub(nn.Module):
+    """Returns fixed tokens per example; ``src[:, 0]`` holds the example's row number."""
+
+    def __init__(self, outputs: torch.Tensor):
+        super().__init__()
+        self.outputs = outputs
+        self.calls: list[tuple[int, int]] = []
+
+    def greedy_decode(self, src, src_len, steps, bos_id):
+        self.calls.append((src.shape[0], steps))
+        return self.outputs[src[:, 0], :steps], None
+
+
+def test_seq2seq_accuracy_hand_case():
+    a, b, c = VOCAB.encode("abc")
+    eos, pad = VOCAB.eos_id, VOCAB.pad_id
+    tgt_out = torch.tensor([
+        [a, b, c, eos],      # 4 real tokens
+        [a, eos, pad, pad],  # 2 real tokens
+        [b, b, eos, pad],    # 3 real tokens
+    ])
+    predicted = torch.tensor([
+        [a, b, c, eos],      # all right
+        [a, c, eos, eos],    # <eos> missed: 1 of 2
+        [b, b, eos, a],      # right; what follows the target's padding is not scored
+    ])
+    data = SequencePairs(
+        src=torch.tensor([[0, 3], [1, 3], [2, 3]]), src_len=torch.tensor([2, 2, 2]),
+        tgt_in=torch.zeros_like(tgt_out), tgt_out=tgt_out,
+    )
+    stub = _Stub(predicted)
+    token_acc, exact = seq2seq_accuracy(stub, data, batch_size=2)
+    torch.testing.assert_close(token_acc, torch.tensor([1.0, 0.5, 1.0]))
+    assert exact.tolist() == [True, False, True]
+    assert stub.calls == [(2, 4), (1, 4)]  # two batches, decoded for the padded target length
+
+
+def test_seq2seq_accuracy_penalises_stopping_early():
+    a, b = VOCAB.encode("ab")
+    eos = VOCAB.eos_id
+    tgt_out = torch.tensor([[a, b, a, eos]])
+    data = SequencePairs(torch.tensor([[0]]), torch.tensor([1]), tgt_out, tgt_out)
+    token_acc, exact = seq2seq_accuracy(_Stub(torch.tensor([[a, eos, eos, eos]])), data)
+    # positions 0 ("a") and 3 (the final <eos>) happen to match; 1 and 2 do not
+    assert float(token_acc[0]) == 0.5 and not bool(exact[0])
+
+
+def test_seq2seq_accuracy_of_a_real_model_is_consistent_with_greedy_decode():
+    data = _reverse_data(40, seed=9)
+    model = _model()
+    token_acc, exact = seq2seq_accuracy(model, data, batch_size=16)
+    assert token_acc.shape == (40,) and exact.shape == (40,) and exact.dtype == torch.bool
+    assert ((token_acc >= 0) & (token_acc <= 1)).all()
+    assert torch.equal(exact, token_acc == 1)
+    tokens, _ = model.greedy_decode(data.src, data.src_len, data.tgt_out.shape[1], VOCAB.bos_id)
+    real = data.tgt_out != VOCAB.pad_id
+    expected = ((tokens == data.tgt_out) & real).sum(1) / real.sum(1)
+    torch.testing.assert_close(token_acc, expected)
