@@ -51,6 +51,8 @@ def attention_from_scores(
     value: torch.Tensor,
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
+    *,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Second half of every attention variant: masked softmax, then a weighted sum of values.
 
@@ -60,6 +62,8 @@ def attention_from_scores(
         mask: boolean, broadcastable to ``scores``, ``True`` = may attend.
         dropout_p: probability of zeroing a weight before the weighted sum (applied whenever
             it is > 0, as in ``torch.nn.functional.scaled_dot_product_attention``).
+        inplace: turn ``scores`` into the weights in place (inference only; see
+            :func:`~attention_src.softmax.masked_softmax`).
 
     Returns:
         output: ``(..., L_q, d_v)``.
@@ -80,7 +84,7 @@ def attention_from_scores(
             f"scores {tuple(scores.shape)} have {scores.shape[-1]} keys but value "
             f"{tuple(value.shape)} has {value.shape[-2]} rows"
         )
-    weights = masked_softmax(scores, mask)  # (..., L_q, L_k)
+    weights = masked_softmax(scores, mask, inplace=inplace)  # (..., L_q, L_k)
     dropped = F.dropout(weights, p=dropout_p, training=True) if dropout_p > 0 else weights
     output = dropped @ value  # (..., L_q, L_k) @ (..., L_k, d_v) -> (..., L_q, d_v)
     return output, weights
@@ -117,4 +121,6 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(query.shape[-1])
     # Scale the queries, not the scores: the same result, L_q*d_k multiplications, not L_q*L_k.
     scores = (query * scale) @ key.transpose(-2, -1)  # (..., L_q, d_k) @ (..., d_k, L_k)
-    return attention_from_scores(scores, value, mask, dropout_p)
+    # The scores are ours alone, so when autograd is off they can become the weights in place.
+    inplace = not (torch.is_grad_enabled() and scores.requires_grad)
+    return attention_from_scores(scores, value, mask, dropout_p, inplace=inplace)

@@ -33,7 +33,11 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def masked_softmax(
-    scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1
+    scores: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dim: int = -1,
+    *,
+    inplace: bool = False,
 ) -> torch.Tensor:
     """Softmax over ``dim`` that gives masked positions exactly zero weight.
 
@@ -47,19 +51,41 @@ def masked_softmax(
         scores: ``(..., L_q, L_k)`` floating point.
         mask: boolean, broadcastable to ``scores``, ``True`` = may attend; ``None`` = no mask.
         dim: axis to normalise over.
+        inplace: overwrite ``scores`` with the weights instead of allocating a new tensor of
+            the same size. For inference only (it is refused while autograd records
+            ``scores``): at ``(B, h, L, L)`` the weights are the largest tensor of attention,
+            and not allocating a second one saves about half the softmax time on a CPU.
 
     Returns:
-        weights: the shape of ``scores``.
+        weights: the shape of ``scores`` (``scores`` itself when ``inplace``).
     """
     check_tensor("scores", scores, min_rank=1)
+    if mask is not None:
+        check_mask(mask, scores.shape)
+    if inplace:
+        if scores.requires_grad and torch.is_grad_enabled():
+            raise ValueError("inplace=True needs scores that autograd does not record")
+        return _masked_softmax_inplace(scores, mask, dim)
     if mask is None:
         return torch.softmax(scores, dim=dim)
-    check_mask(mask, scores.shape)
     # The most negative finite number, not -inf: a fully masked row then stays finite through
     # softmax (and its backward pass) before the final fill sets it to zero.
     lowest = torch.finfo(scores.dtype).min
     weights = torch.softmax(scores.masked_fill(~mask, lowest), dim=dim)
     return weights.masked_fill(~mask, 0.0)
+
+
+def _masked_softmax_inplace(
+    scores: torch.Tensor, mask: torch.Tensor | None, dim: int
+) -> torch.Tensor:
+    """The same computation as :func:`masked_softmax`, written over ``scores`` in place."""
+    if mask is not None:
+        scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+    scores.sub_(scores.amax(dim=dim, keepdim=True)).exp_()  # exp(s - max), each entry <= 1
+    scores.div_(scores.sum(dim=dim, keepdim=True))
+    if mask is not None:
+        scores.masked_fill_(~mask, 0.0)
+    return scores
 
 
 def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:

@@ -275,3 +275,38 @@ def test_causal_mask_rejects_bad_lengths():
         causal_mask(2.5)
     with pytest.raises(TypeError, match="length_k must be an int, got Tensor"):
         causal_mask(2, torch.tensor(3))
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_inplace_masked_softmax_equals_the_allocating_one(with_mask):
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 3, 4, 5, generator=gen, dtype=torch.float64) * 10
+    mask = torch.rand(2, 1, 4, 5, generator=gen) > 0.4 if with_mask else None
+    if with_mask:
+        mask[0, 0, 1] = False  # one fully masked row
+    expected = masked_softmax(scores, mask)
+    work = scores.clone()
+    result = masked_softmax(work, mask, inplace=True)
+    assert result.data_ptr() == work.data_ptr()  # no new tensor
+    torch.testing.assert_close(result, expected, rtol=0, atol=1e-12)
+    if with_mask:
+        assert torch.all(result[0, :, 1] == 0)
+
+
+def test_inplace_is_refused_while_autograd_records():
+    scores = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="inplace"):
+        masked_softmax(scores, inplace=True)
+
+
+def test_attention_without_autograd_equals_attention_with_it():
+    """scaled_dot_product_attention takes the in-place path under no_grad: same numbers."""
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 5, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    q.requires_grad_(True)
+    mask = torch.tensor([True, True, False, True, False])
+    out_grad, w_grad = att.scaled_dot_product_attention(q, k, v, mask)
+    with torch.no_grad():
+        out, w = att.scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, out_grad.detach(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(w, w_grad.detach(), rtol=0, atol=1e-12)
