@@ -27,6 +27,10 @@ def _as_grid(matrices) -> np.ndarray:
             "matrices must be (L_q, L_k), (cols, L_q, L_k) or (rows, cols, L_q, L_k), "
             f"got shape {array.shape}"
         )
+    if array.size == 0:
+        raise ValueError(f"matrices is empty (shape {array.shape}): nothing to draw")
+    if not np.isfinite(array).any():
+        raise ValueError("matrices holds no finite value: nothing to draw")
     return array
 
 
@@ -71,7 +75,7 @@ def show_heatmaps(
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} has {len(labels)} entries, expected {n}")
     if vmax is None:
-        vmax = float(np.nanmax(grid)) if grid.size else 1.0
+        vmax = float(np.nanmax(grid))
     figsize = figsize or (2.6 * cols + 1.0, 2.4 * rows)
     fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False,
                              sharex=True, sharey=True, layout="constrained")

@@ -184,3 +184,10 @@ def test_count_parameters_counts_trainable_elements_only():
     assert count_parameters(model) == 3 * 4 + 4 * 2
     assert count_parameters(nn.ReLU()) == 0
     assert att.count_parameters is count_parameters and att.set_seed is set_seed
+
+
+@pytest.mark.parametrize("bad,match", [(np.zeros((0, 3)), "empty"),
+                                       (np.full((2, 2), np.nan), "no finite value")])
+def test_show_heatmaps_rejects_empty_or_all_nan_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        show_heatmaps(bad)
