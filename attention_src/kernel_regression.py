@@ -24,19 +24,13 @@ import math
 import torch
 
 from attention_src.softmax import masked_softmax, softmax
-from attention_src.validation import check_mask
+from attention_src.validation import check_mask, check_tensor
 
 __all__ = ["gaussian_kernel_scores", "nadaraya_watson"]
 
 
 def _check_points(name: str, x: object) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not torch.is_floating_point(x):
-        raise TypeError(
-            f"{name} must be a floating-point tensor, got dtype {x.dtype}; "
-            f"convert it first, e.g. {name}.float()"
-        )
+    check_tensor(name, x, min_rank=1)
     if x.dim() != 1:
         raise ValueError(f"{name} must be 1-D (one scalar per point), got shape {tuple(x.shape)}")
     if x.shape[0] == 0:
