@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_src import seq2seq, training
+from attention_src import data, seq2seq, training
 from attention_src.scoring import AdditiveScore
 
 
@@ -87,3 +87,32 @@ def test_mean_by_length_counts_bools_as_zero_one():
 def test_mean_by_length_bad_input(values, lengths, error):
     with pytest.raises(error):
         training.mean_by_length(values, lengths)
+
+
+def test_context_decoder_follows_its_formulas_step_by_step():
+    """s_0 = tanh(W_init C + b), s_i = GRU([emb(y_{i-1}); C], s_{i-1}),
+    logits_i = W_o [s_i; C; emb(y_{i-1})]: the same C at every step (chapter 1)."""
+    model = seq2seq.build_gru_seq2seq(9, 4, 6, attention=False, seed=2)
+    src, src_len = torch.tensor([[3, 4, 5, 6]]), torch.tensor([4])
+    tgt_in = torch.tensor([[1, 6, 5, 4]])
+    dec = model.decoder
+    with torch.no_grad():
+        annotations, C = model.encoder(src, src_len)
+        logits, _, _ = dec(tgt_in, annotations, C, src_len)
+        s = torch.tanh(dec.init_state(C))[None]
+        for i in range(tgt_in.shape[1]):
+            emb_y = dec.embedding(tgt_in[:, i])
+            _, s = dec.rnn(torch.cat([emb_y, C], dim=-1)[:, None], s)
+            by_hand = dec.output(torch.cat([s[0], C, emb_y], dim=-1))
+            assert torch.allclose(by_hand, logits[:, i], atol=1e-6), i
+
+
+def test_short_training_run_is_the_start_of_a_longer_one():
+    """Chapter 1 relies on this: the 4,000-step run begins with the 400-step run's losses."""
+    vocab = data.Vocab("abcd")
+    train = data.encode_pairs(data.reverse_task(50, 2, 5, 4, seed=0), vocab, vocab)
+    runs = []
+    for steps in (3, 6):
+        model = seq2seq.build_gru_seq2seq(len(vocab), 4, 6, attention=False, seed=0)
+        runs.append(training.train_seq2seq(model, train, steps, batch_size=8, seed=0))
+    assert runs[0] == runs[1][:3]
