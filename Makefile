@@ -14,6 +14,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
+# Where this machine keeps the CPU build of torch 2.13.0 (also in pip's own config here); on a
+# machine without it pip takes torch==2.13.0 from the package index.
+WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
 # One thread per process: two notebooks run side by side on two cores, and the same thread
 # count everywhere (execute, nbval, site build) keeps float results identical between runs.
@@ -36,7 +39,7 @@ help:
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip==26.3"
-	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(PY) -m pip install --quiet $(WHEELS) -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
