@@ -29,7 +29,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK  := 1
 NOTEBOOKS = $(shell $(PY) tests/toc.py)
 NB ?= $(NOTEBOOKS)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-         --nbval-cell-timeout=300 -p tests.nbtiming
+         --nbval-cell-timeout=300 -p tests.nbtiming -p tests.nbkernel
 
 .PHONY: help install book test lint unit nbtest site-test execute bench serve lock clean
 

@@ -1,0 +1,38 @@
+"""pytest plugin: nbval's kernels talk over Unix sockets, not TCP ports.
+
+Loaded with ``-p tests.nbkernel`` by ``make nbtest``. With ``-n 2`` two pytest-xdist workers
+start a kernel at the same moment. jupyter_client chooses a kernel's five TCP ports by binding
+to port 0 and releasing them before the kernel starts, so another process can take one of those
+ports in between (another kernel, or a client's outgoing connection). The kernel then fails to
+bind, exits, and nbval reports every cell of that notebook as
+"Kernel died before replying to kernel_info"; this happened once in CI. Sockets named after a
+directory that belongs to one kernel cannot collide, and nothing else changes: same kernel,
+same messages.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import nbval.kernel
+from jupyter_client.manager import KernelManager
+
+
+class IpcKernelManager(KernelManager):
+    """A ``KernelManager`` whose kernel listens on Unix sockets in a private temp directory."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        socket_dir = tempfile.mkdtemp(prefix="nbval-kernel-")
+        atexit.register(shutil.rmtree, socket_dir, ignore_errors=True)
+        self.transport = "ipc"
+        # Short absolute path: a Unix socket path must stay under about 100 bytes.
+        self.ip = os.path.join(socket_dir, "k")
+
+
+def pytest_configure(config) -> None:
+    # nbval.kernel.start_new_kernel looks ``KernelManager`` up in its module at call time.
+    nbval.kernel.KernelManager = IpcKernelManager

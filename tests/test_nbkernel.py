@@ -1,0 +1,50 @@
+"""The nbval plugin in ``tests/nbkernel.py`` really starts kernels on Unix sockets."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import nbval.kernel
+import pytest
+
+from tests import nbkernel
+
+
+@pytest.fixture
+def ipc_kernel_manager(monkeypatch):
+    monkeypatch.setattr(nbval.kernel, "KernelManager", nbval.kernel.KernelManager)
+    nbkernel.pytest_configure(config=None)
+    assert nbval.kernel.KernelManager is nbkernel.IpcKernelManager
+    return nbval.kernel.KernelManager
+
+
+def test_kernel_runs_code_over_unix_sockets(ipc_kernel_manager):
+    kernel = nbval.kernel.RunningKernel(nbval.kernel.CURRENT_ENV_KERNEL_NAME, startup_timeout=60)
+    try:
+        info = kernel.km.get_connection_info()
+        assert info["transport"] == "ipc"
+        assert os.path.isabs(info["ip"]) and len(info["ip"]) < 90
+        for port_name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+            path = f"{info['ip']}-{info[port_name]}"
+            assert stat.S_ISSOCK(os.stat(path).st_mode), path
+        msg_id = kernel.execute_cell_input("print(6 * 7)", allow_stdin=False)
+        kernel.await_reply(msg_id, timeout=30)
+        outputs = []
+        while True:
+            msg = kernel.get_message(stream="iopub", timeout=10)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                outputs.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        assert "".join(outputs) == "42\n"
+    finally:
+        kernel.stop()
+
+
+def test_two_kernel_managers_get_separate_socket_directories(ipc_kernel_manager):
+    first, second = ipc_kernel_manager(), ipc_kernel_manager()
+    assert first.transport == second.transport == "ipc"
+    assert os.path.dirname(first.ip) != os.path.dirname(second.ip)
