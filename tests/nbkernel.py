@@ -8,6 +8,10 @@ bind, exits, and nbval reports every cell of that notebook as
 "Kernel died before replying to kernel_info"; this happened once in CI. Sockets named after a
 directory that belongs to one kernel cannot collide, and nothing else changes: same kernel,
 same messages.
+
+As a second guard, a kernel that still dies while starting is started once more, and the run's
+summary says so: a kernel start is infrastructure, not the book, and one retry cannot hide a
+notebook that fails.
 """
 
 from __future__ import annotations
@@ -33,6 +37,25 @@ class IpcKernelManager(KernelManager):
         self.ip = os.path.join(socket_dir, "k")
 
 
+_start_new_kernel = nbval.kernel.start_new_kernel
+retried_starts: list[str] = []
+
+
+def start_new_kernel_with_retry(*args, **kwargs):
+    """nbval's ``start_new_kernel``, tried a second time if the kernel dies while starting."""
+    try:
+        return _start_new_kernel(*args, **kwargs)
+    except RuntimeError as error:  # "Kernel died before replying to kernel_info"
+        retried_starts.append(f"{kwargs.get('cwd')}: {error}")
+        return _start_new_kernel(*args, **kwargs)
+
+
 def pytest_configure(config) -> None:
-    # nbval.kernel.start_new_kernel looks ``KernelManager`` up in its module at call time.
+    # nbval.kernel looks both names up in its own module at call time.
     nbval.kernel.KernelManager = IpcKernelManager
+    nbval.kernel.start_new_kernel = start_new_kernel_with_retry
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for line in retried_starts:
+        terminalreporter.write_line(f"nbkernel: kernel start retried once ({line})")

@@ -14,6 +14,7 @@ from tests import nbkernel
 @pytest.fixture
 def ipc_kernel_manager(monkeypatch):
     monkeypatch.setattr(nbval.kernel, "KernelManager", nbval.kernel.KernelManager)
+    monkeypatch.setattr(nbval.kernel, "start_new_kernel", nbval.kernel.start_new_kernel)
     nbkernel.pytest_configure(config=None)
     assert nbval.kernel.KernelManager is nbkernel.IpcKernelManager
     return nbval.kernel.KernelManager
@@ -48,3 +49,29 @@ def test_two_kernel_managers_get_separate_socket_directories(ipc_kernel_manager)
     first, second = ipc_kernel_manager(), ipc_kernel_manager()
     assert first.transport == second.transport == "ipc"
     assert os.path.dirname(first.ip) != os.path.dirname(second.ip)
+
+
+def test_a_kernel_that_dies_while_starting_is_started_once_more(monkeypatch):
+    calls = []
+
+    def flaky_start(*args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return "manager", "client"
+
+    monkeypatch.setattr(nbkernel, "_start_new_kernel", flaky_start)
+    monkeypatch.setattr(nbkernel, "retried_starts", [])
+    assert nbkernel.start_new_kernel_with_retry(cwd="book") == ("manager", "client")
+    assert len(calls) == 2
+    assert nbkernel.retried_starts == ["book: Kernel died before replying to kernel_info"]
+
+
+def test_a_kernel_that_dies_twice_fails(monkeypatch):
+    def dead_start(*args, **kwargs):
+        raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(nbkernel, "_start_new_kernel", dead_start)
+    monkeypatch.setattr(nbkernel, "retried_starts", [])
+    with pytest.raises(RuntimeError, match="Kernel died"):
+        nbkernel.start_new_kernel_with_retry(cwd="book")
