@@ -242,11 +242,13 @@ class PerHeadMultiHeadAttention(nn.Module):
     matrix products.
 
     ``forward(query: (B, L_q, E), key: (B, L_k, kdim), value: (B, L_k, vdim), mask=None) ->
-    (output: (B, L_q, E), weights: (B, h, L_q, L_k))``.
+    (output: (B, L_q, E), weights: (B, h, L_q, L_k))``. ``dropout`` acts on each head's
+    attention weights in training mode, as in :class:`MultiHeadAttention`, and the returned
+    weights are the ones before dropout.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True,
-                 kdim: int | None = None, vdim: int | None = None):
+                 kdim: int | None = None, vdim: int | None = None, dropout: float = 0.0):
         super().__init__()
         check_positive_int("embed_dim", embed_dim)
         check_positive_int("num_heads", num_heads)
@@ -254,6 +256,9 @@ class PerHeadMultiHeadAttention(nn.Module):
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
             )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.dropout = dropout
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads
         self.kdim = embed_dim if kdim is None else check_positive_int("kdim", kdim)
@@ -267,11 +272,12 @@ class PerHeadMultiHeadAttention(nn.Module):
         MultiHeadAttention._check_inputs(self, query, key, value)
         B, L_q, _ = query.shape
         mask = _head_mask(mask, (B, self.num_heads, L_q, key.shape[1]))
+        p = self.dropout if self.training else 0.0
         outputs, weights = [], []
         for i, head in enumerate(self.heads):
             head_mask = _mask_for_head(mask, i)
             out, w = scaled_dot_product_attention(
-                head.q_proj(query), head.k_proj(key), head.v_proj(value), head_mask
+                head.q_proj(query), head.k_proj(key), head.v_proj(value), head_mask, dropout_p=p
             )  # out: (B, L_q, d_head), w: (B, L_q, L_k)
             outputs.append(out)
             weights.append(w)
@@ -289,7 +295,8 @@ def fuse_heads(per_head: PerHeadMultiHeadAttention) -> MultiHeadAttention:
     """
     bias = per_head.out_proj.bias is not None
     fused = MultiHeadAttention(per_head.embed_dim, per_head.num_heads, bias=bias,
-                               kdim=per_head.kdim, vdim=per_head.vdim)
+                               kdim=per_head.kdim, vdim=per_head.vdim, dropout=per_head.dropout)
+    fused.train(per_head.training)
     ref_weight = per_head.out_proj.weight  # the fused copy keeps per_head's dtype and device
     fused = fused.to(device=ref_weight.device, dtype=ref_weight.dtype)
     for role in ("q_proj", "k_proj", "v_proj"):

@@ -412,6 +412,36 @@ def test_per_head_equals_torch_via_fuse_heads():
     torch.testing.assert_close(w, ref_w, **F64)
 
 
+def test_per_head_dropout_is_off_in_eval_mode_and_carried_by_fuse_heads():
+    plain, dropping = _per_head(), _per_head(dropout=0.4)
+    dropping.load_state_dict(plain.state_dict())
+    q, k, v = _inputs()
+    mask = _safe_mask(3, L_Q, L_K)
+    ref, w_ref = plain(q, k, v, mask=mask)
+    out, w = dropping.eval()(q, k, v, mask=mask)
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    fused = fuse_heads(dropping)
+    assert fused.dropout == 0.4 and not fused.training
+    torch.testing.assert_close(fused(q, k, v, mask=mask)[0], ref, **F64)
+    torch.manual_seed(0)
+    trained, w_trained = dropping.train()(q, k, v, mask=mask)
+    assert fuse_heads(dropping).training
+    assert not torch.allclose(trained, ref)
+    torch.testing.assert_close(w_trained, w_ref, atol=0, rtol=0)  # weights before dropout
+
+
+def test_per_head_dropout_is_unbiased_on_average():
+    # Inverted dropout rescales kept weights by 1/(1-p) and out_proj is affine, so the mean
+    # output over many draws tends to the eval-mode output.
+    per_head = _per_head(dropout=0.5).train()
+    q, k, v = _inputs()
+    torch.manual_seed(0)
+    draws = torch.stack([per_head(q, k, v)[0] for _ in range(1000)])
+    ref, _ = per_head.eval()(q, k, v)
+    spread = draws.std(dim=0) / 1000**0.5  # standard error of the mean, per entry
+    assert ((draws.mean(dim=0) - ref).abs() < 5 * spread + 1e-12).all()
+
+
 # --- bad input -----------------------------------------------------------------------------
 
 
@@ -437,6 +467,8 @@ def test_mha_rejects_bad_constructor_arguments():
         MultiHeadAttention(8, 2, vdim="4")
     with pytest.raises(ValueError, match="kdim must be positive, got 0"):
         PerHeadMultiHeadAttention(8, 2, kdim=0)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.5"):
+        PerHeadMultiHeadAttention(8, 2, dropout=1.5)
 
 
 @pytest.mark.parametrize("module", [_mha, _per_head], ids=["fused", "per_head"])

@@ -168,11 +168,33 @@ def test_set_seed_makes_random_numpy_and_torch_reproducible(seed):
     assert other[0] != first[0] and other[1] != first[1] and other[2] != first[2]
 
 
+@pytest.mark.parametrize("numpy_seed", [np.int64(7), np.int32(7), np.uint8(7)])
+def test_set_seed_takes_numpy_integers_as_the_same_python_int(numpy_seed):
+    set_seed(7)
+    expected = _draws()
+    set_seed(numpy_seed)
+    got = _draws()
+    assert got[:3] == expected[:3]
+    assert torch.equal(got[3], expected[3])
+
+
 @pytest.mark.parametrize("bad,name", [(1.5, "float"), ("3", "str"), (True, "bool"),
-                                      (None, "NoneType"), (np.float64(2.0), "float64")])
+                                      (np.bool_(True), "bool"), (None, "NoneType"),
+                                      (np.float64(2.0), "float64")])
 def test_set_seed_rejects_non_int(bad, name):
     with pytest.raises(TypeError, match=f"seed must be an int, got {name}"):
         set_seed(bad)
+
+
+@pytest.mark.parametrize("bad", [2**64, -(2**63) - 1])
+def test_set_seed_rejects_seeds_torch_cannot_take(bad):
+    with pytest.raises(ValueError, match=rf"seed must lie in \[-2\*\*63, 2\*\*64\).*got {bad}"):
+        set_seed(bad)
+
+
+def test_set_seed_accepts_the_ends_of_torchs_range():
+    set_seed(2**64 - 1)
+    set_seed(-(2**63))
 
 
 def test_count_parameters_counts_trainable_elements_only():
