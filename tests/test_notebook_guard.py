@@ -34,7 +34,11 @@ def test_book_has_notebooks():
 
 def test_every_book_page_is_in_the_toc():
     listed = {p.resolve() for p in toc_entries()}
-    pages = [p for p in (ROOT / "book").glob("*") if p.suffix in (".ipynb", ".md")]
+    pages = [
+        p for p in (ROOT / "book").rglob("*")
+        if p.suffix in (".ipynb", ".md")
+        and not any(part.startswith(("_", ".")) for part in p.relative_to(ROOT / "book").parts)
+    ]
     missing = sorted(str(p.relative_to(ROOT)) for p in pages if p.resolve() not in listed)
     assert not missing, f"in book/ but not in _toc.yml: {missing}"
 
@@ -46,7 +50,7 @@ def test_toc_entry_that_does_not_exist_is_an_error(tmp_path):
         toc_entries(tmp_path)
 
 
-@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_code_cell_was_executed_in_order(nb_path):
     counts = [c["execution_count"] for c in _code_cells(nb_path)]
     never = [i for i, n in enumerate(counts) if n is None]
@@ -56,7 +60,7 @@ def test_every_code_cell_was_executed_in_order(nb_path):
     )
 
 
-@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_error_warning_or_machine_path_in_outputs(nb_path):
     for i, cell in enumerate(_code_cells(nb_path)):
         for out in cell["outputs"]:
@@ -70,7 +74,7 @@ def test_no_error_warning_or_machine_path_in_outputs(nb_path):
             assert not MACHINE_PATH.search(text), f"{nb_path.name} cell {i}: machine path"
 
 
-@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_notebook_uses_the_python3_kernel(nb_path):
     meta = json.loads(nb_path.read_text())["metadata"]
     assert meta.get("kernelspec", {}).get("name") == "python3", nb_path.name
