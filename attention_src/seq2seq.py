@@ -13,9 +13,14 @@
 * :func:`build_gru_seq2seq` builds the matched pair compared in chapter 1: the same
   bidirectional encoder with a :class:`ContextDecoder` or an additive-attention
   :class:`AttentionDecoder`.
+* :func:`build_scored_seq2seq` builds chapter 2's bake-off models: an attention decoder with
+  any scoring function, every part from its own seed, so that models differing only in the
+  score start from the same encoder and decoder weights.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -25,7 +30,8 @@ from attention_src.scoring import AdditiveScore, Attention, Score
 from attention_src.softmax import lengths_to_mask
 from attention_src.validation import check_positive_int
 
-__all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq", "build_gru_seq2seq"]
+__all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq", "build_gru_seq2seq",
+           "build_scored_seq2seq"]
 
 
 def _check_ids(name: str, ids: torch.Tensor, rank: int) -> None:
@@ -216,4 +222,54 @@ def build_gru_seq2seq(
     else:
         decoder = ContextDecoder(vocab_size, embed_dim, dec_dim, encoder.output_dim,
                                  pad_id=pad_id)
+    return Seq2Seq(encoder, decoder)
+
+
+def build_scored_seq2seq(
+    src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, hidden_dim: int,
+    make_score: Callable[[], Score], *, bidirectional: bool = True,
+    decoder_hidden_dim: int | None = None, seeds: tuple[int, int, int] = (0, 1, 2),
+    pad_id: int = 0,
+) -> Seq2Seq:
+    """A GRU encoder and an :class:`AttentionDecoder` that scores with ``make_score()``.
+
+    The parts are created in order, each right after ``torch.manual_seed`` of its own seed:
+    encoder (``seeds[0]``), score (``seeds[1]``), decoder (``seeds[2]``). Two models that differ
+    only in ``make_score`` therefore start with identical encoder and decoder weights, which is
+    what makes chapter 2's comparison of scoring functions fair.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes of source and target.
+        embed_dim: embedding width (encoder and decoder).
+        hidden_dim: GRU width of each encoder direction; the annotations have
+            ``encoder.output_dim`` features (``2 * hidden_dim`` if ``bidirectional``).
+        make_score: called with no argument, returns the :class:`~attention_src.scoring.Score`;
+            its queries are decoder states ``(..., decoder_hidden_dim)`` and its keys
+            annotations ``(..., encoder.output_dim)``.
+        bidirectional: whether the encoder reads the source both ways.
+        decoder_hidden_dim: decoder GRU width (default ``encoder.output_dim``).
+        seeds: seeds of encoder, score and decoder.
+
+    Returns:
+        an untrained :class:`Seq2Seq`.
+    """
+    if isinstance(make_score, nn.Module) or not callable(make_score):
+        got = (f"a {type(make_score).__name__} instance" if isinstance(make_score, nn.Module)
+               else type(make_score).__name__)
+        raise TypeError("make_score must be a function that returns a new Score (a Score class "
+                        f"or a lambda), got {got}")
+    if len(seeds) != 3:
+        raise ValueError(f"seeds must hold 3 seeds (encoder, score, decoder), got {seeds!r}")
+    torch.manual_seed(seeds[0])
+    encoder = GRUEncoder(src_vocab_size, embed_dim, hidden_dim, bidirectional=bidirectional,
+                         pad_id=pad_id)
+    dec_dim = encoder.output_dim if decoder_hidden_dim is None else decoder_hidden_dim
+    check_positive_int("decoder_hidden_dim", dec_dim)
+    torch.manual_seed(seeds[1])
+    score = make_score()
+    if not isinstance(score, Score):
+        raise TypeError(f"make_score() must return a Score, got {type(score).__name__}")
+    torch.manual_seed(seeds[2])
+    decoder = AttentionDecoder(tgt_vocab_size, embed_dim, dec_dim, encoder.output_dim, score,
+                               pad_id=pad_id)
     return Seq2Seq(encoder, decoder)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from saved_results import save  # tools/saved_results.py, next to this script
 
 import attention_src as att
 from attention_src import data, seq2seq, training
@@ -83,10 +84,7 @@ def train_all() -> dict:
 
 
 def main() -> None:
-    saved = train_all()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(saved, OUT)
-    print(f"saved {OUT.relative_to(OUT.parents[2])} ({OUT.stat().st_size / 1e3:.0f} kB)")
+    save(train_all(), OUT)
 
 
 if __name__ == "__main__":
