@@ -24,17 +24,25 @@ import tempfile
 import nbval.kernel
 from jupyter_client.manager import KernelManager
 
+#: Longest Unix socket path Linux accepts is 107 bytes; the kernel appends "-<port>" (6 bytes).
+MAX_SOCKET_PREFIX = 100
+
 
 class IpcKernelManager(KernelManager):
-    """A ``KernelManager`` whose kernel listens on Unix sockets in a private temp directory."""
+    """A ``KernelManager`` whose kernel listens on Unix sockets in a private temp directory.
+
+    If the temporary directory's path is too long for a socket name (a very long ``TMPDIR``),
+    the manager keeps TCP, and the retry below remains the guard.
+    """
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         socket_dir = tempfile.mkdtemp(prefix="nbval-kernel-")
         atexit.register(shutil.rmtree, socket_dir, ignore_errors=True)
-        self.transport = "ipc"
-        # Short absolute path: a Unix socket path must stay under about 100 bytes.
-        self.ip = os.path.join(socket_dir, "k")
+        prefix = os.path.join(socket_dir, "k")
+        if len(os.fsencode(prefix)) <= MAX_SOCKET_PREFIX:
+            self.transport = "ipc"
+            self.ip = prefix
 
 
 _start_new_kernel = nbval.kernel.start_new_kernel

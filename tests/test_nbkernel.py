@@ -75,3 +75,12 @@ def test_a_kernel_that_dies_twice_fails(monkeypatch):
     monkeypatch.setattr(nbkernel, "retried_starts", [])
     with pytest.raises(RuntimeError, match="Kernel died"):
         nbkernel.start_new_kernel_with_retry(cwd="book")
+
+
+def test_a_socket_path_too_long_for_linux_keeps_tcp(monkeypatch, tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(nbkernel.tempfile, "tempdir", str(deep))
+    manager = nbkernel.IpcKernelManager()
+    assert manager.transport == "tcp"
+    assert manager.ip == "127.0.0.1"
