@@ -5,13 +5,13 @@ All four share one interface, ``score(query, key) -> scores``:
 ==================  =======================================  =================================
 name                score of query ``q`` and key ``k``       parameters
 ==================  =======================================  =================================
-AdditiveScore       ``v^T tanh(W_q q + W_k k)`` (Bahdanau)   ``(d_q + d_k + 1) * d_hidden``
+AdditiveScore       ``tanh(q W_q + k W_k) w_v`` (Bahdanau)   ``(d_q + d_k + 1) * d_hidden``
 DotScore            ``q . k``                                none (needs ``d_q == d_k``)
 ScaledDotScore      ``q . k / sqrt(d_k)`` (Vaswani)          none (needs ``d_q == d_k``)
-BilinearScore       ``q^T W k`` (Luong's "general")          ``d_q * d_k``
+BilinearScore       ``q W k^T`` (Luong's "general")          ``d_q * d_k``
 ==================  =======================================  =================================
 
-(The table uses column vectors as the papers do; the code uses row vectors, ``q W_q``.)
+(Row vectors, as everywhere in the book: ``q`` is ``(1, d_q)``, ``k`` is ``(1, d_k)``.)
 :class:`Attention` turns any of them into an attention layer.
 """
 
@@ -65,8 +65,11 @@ class Score(nn.Module):
 class AdditiveScore(Score):
     """Additive (Bahdanau) score: a one-hidden-layer MLP on the query and key.
 
-    ``score(q, k) = v^T tanh(W_q q + W_k k)``. Query and key may have different sizes;
-    ``d_hidden`` is the MLP's width.
+    ``score(q, k) = tanh(q W_q + k W_k) w_v`` with row vectors ``q: (d_q,)``, ``k: (d_k,)``,
+    ``W_q: (d_q, d_a)``, ``W_k: (d_k, d_a)`` and ``w_v: (d_a,)``; ``d_hidden`` is the MLP's width
+    ``d_a``. Query and key may have different sizes. As everywhere in PyTorch, each
+    ``nn.Linear`` stores the transpose of its matrix: ``self.W_q.weight`` is ``W_q^T``, of shape
+    ``(d_a, d_q)``, and ``self.w_v.weight`` is ``w_v^T``, of shape ``(1, d_a)``.
     """
 
     def __init__(self, d_q: int, d_k: int, d_hidden: int):
@@ -76,13 +79,13 @@ class AdditiveScore(Score):
         check_positive_int("d_hidden", d_hidden)
         self.W_q = nn.Linear(d_q, d_hidden, bias=False)
         self.W_k = nn.Linear(d_k, d_hidden, bias=False)
-        self.v = nn.Linear(d_hidden, 1, bias=False)
+        self.w_v = nn.Linear(d_hidden, 1, bias=False)
 
     def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        q = self.W_q(query).unsqueeze(-2)  # (..., L_q, h) -> (..., L_q, 1, h)
-        k = self.W_k(key).unsqueeze(-3)  # (..., L_k, h) -> (..., 1, L_k, h)
-        features = torch.tanh(q + k)  # broadcast -> (..., L_q, L_k, h)
-        return self.v(features).squeeze(-1)  # (..., L_q, L_k, 1) -> (..., L_q, L_k)
+        q = self.W_q(query).unsqueeze(-2)  # (..., L_q, d_a) -> (..., L_q, 1, d_a)
+        k = self.W_k(key).unsqueeze(-3)  # (..., L_k, d_a) -> (..., 1, L_k, d_a)
+        features = torch.tanh(q + k)  # broadcast -> (..., L_q, L_k, d_a)
+        return self.w_v(features).squeeze(-1)  # (..., L_q, L_k, 1) -> (..., L_q, L_k)
 
 
 class DotScore(Score):
@@ -105,7 +108,7 @@ class ScaledDotScore(DotScore):
 
 
 class BilinearScore(Score):
-    """Bilinear score ``q^T W k`` ("general" in Luong et al., 2015); sizes may differ."""
+    """Bilinear score ``q W k^T`` ("general" in Luong et al., 2015); sizes may differ."""
 
     def __init__(self, d_q: int, d_k: int):
         super().__init__()

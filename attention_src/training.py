@@ -9,7 +9,7 @@ from torch import nn
 from attention_src.data import SequencePairs
 from attention_src.validation import check_positive_int
 
-__all__ = ["train_seq2seq", "seq2seq_accuracy", "mean_by_length"]
+__all__ = ["train_seq2seq", "teacher_forced_loss", "seq2seq_accuracy", "mean_by_length"]
 
 
 def train_seq2seq(
@@ -51,6 +51,38 @@ def train_seq2seq(
             print(f"step {step + 1:5d}  loss {sum(losses[-log_every:]) / log_every:.4f}")
     model.eval()
     return losses
+
+
+@torch.no_grad()
+def teacher_forced_loss(
+    model: nn.Module, data: SequencePairs, pad_id: int = 0, batch_size: int = 512
+) -> float:
+    """Mean token cross-entropy of ``model`` on ``data`` with teacher forcing, in eval mode.
+
+    The loss that :func:`train_seq2seq` minimises, but over *all* of ``data`` (every real target
+    token counts once; ``pad_id`` positions are ignored) and with no dropout. A saved model's
+    value on a fixed batch ties its ``state_dict`` to the number its training script recorded.
+
+    Args:
+        data: ``N`` pairs; ``data.tgt_in`` and ``data.tgt_out`` are ``(N, L_t)``.
+
+    Returns:
+        the mean over the real target tokens, a Python float.
+    """
+    check_positive_int("batch_size", batch_size)
+    if len(data) == 0:
+        raise ValueError("data is empty: no target token to score")
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(data), batch_size):
+        batch = data.subset(slice(start, start + batch_size))
+        logits, _ = model(batch.src, batch.src_len, batch.tgt_in)  # (B, L_t, V)
+        total += float(F.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
+                                       ignore_index=pad_id, reduction="sum"))
+        count += int((batch.tgt_out != pad_id).sum())
+    if count == 0:
+        raise ValueError(f"every target token of data is pad_id={pad_id}: nothing to score")
+    return total / count
 
 
 @torch.no_grad()

@@ -86,3 +86,40 @@ def test_time_budget_flags_a_slow_notebook_and_a_slow_book():
     assert len(slow) == 1 and "a.ipynb" in slow[0]
     many = {f"{i}.ipynb": MARGIN * 60 - 1 for i in range(6)}
     assert any("all notebooks" in r for r in over_budget(many))
+
+
+def _tags(cell: dict) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+GLUE_CALL = re.compile(r"^\s*glue\(", re.MULTILINE)
+NOTE_CITATION = re.compile(r"\b[Nn]otes? 00[0-4]\b")
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_glue_cells_are_out_of_the_readers_way(nb_path):
+    """A cell that glues numbers into the prose is plumbing: its input is removed or hidden."""
+    exposed = [
+        i for i, c in enumerate(_code_cells(nb_path))
+        if GLUE_CALL.search("".join(c["source"]))
+        and not _tags(c) & {"remove-input", "hide-input", "remove-cell"}
+    ]
+    assert not exposed, (
+        f"{nb_path.name}: code cells {exposed} call glue() but are not tagged remove-input or "
+        "hide-input; move the glue calls to a tagged cell after the cell the reader should see"
+    )
+
+
+def test_a_page_that_cites_the_source_notes_links_to_their_description():
+    """Readers never see the notes: a page that cites one points to the appendix describing them."""
+    unlinked = []
+    for page in toc_entries():
+        if page.suffix == ".ipynb":
+            cells = json.loads(page.read_text())["cells"]
+            text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        else:
+            text = page.read_text()
+        if page.stem != "source_notes" and NOTE_CITATION.search(text) and (
+                "source_notes" not in text):
+            unlinked.append(str(page.relative_to(ROOT)))
+    assert not unlinked, f"pages that cite a source note but never link to source_notes: {unlinked}"

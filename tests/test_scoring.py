@@ -53,7 +53,8 @@ def test_additive_score_equals_hand_loop(batch, dims):
     torch.manual_seed(0)
     score = AdditiveScore(d_q, d_k, d_hidden).double()
     q, k = randn(1, *batch, 4, d_q), randn(2, *batch, 3, d_k)
-    W_q, W_k, v = score.W_q.weight, score.W_k.weight, score.v.weight[0]  # (h, d_q), (h, d_k), (h,)
+    # (d_a, d_q), (d_a, d_k), (d_a,): nn.Linear stores the transposed matrices
+    W_q, W_k, v = score.W_q.weight, score.W_k.weight, score.w_v.weight[0]
 
     def additive(qi, kj):
         return v @ torch.tanh(W_q @ qi + W_k @ kj)

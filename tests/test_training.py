@@ -153,3 +153,69 @@ def test_seq2seq_accuracy_of_a_real_model_is_consistent_with_greedy_decode():
     real = data.tgt_out != VOCAB.pad_id
     expected = ((tokens == data.tgt_out) & real).sum(1) / real.sum(1)
     torch.testing.assert_close(token_acc, expected)
+
+
+# --- teacher_forced_loss -------------------------------------------------------------------
+
+
+def _loss_by_hand(model: Seq2Seq, data: SequencePairs, pad_id: int = 0) -> float:
+    """Reference: one example at a time, -log p(target token) summed over real tokens only."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for n in range(len(data)):
+            one = data.subset(slice(n, n + 1))
+            logits, _ = model(one.src, one.src_len, one.tgt_in)       # (1, L_t, V)
+            log_p = logits[0].double().log_softmax(dim=-1)             # (L_t, V)
+            for t, token in enumerate(one.tgt_out[0].tolist()):
+                if token != pad_id:
+                    total -= float(log_p[t, token])
+                    count += 1
+    return total / count
+
+
+def test_teacher_forced_loss_equals_a_token_by_token_reference():
+    from attention_src.training import teacher_forced_loss
+
+    data = _reverse_data(40, seed=2)          # lengths 2..5: the targets are padded
+    assert bool((data.tgt_out == VOCAB.pad_id).any())
+    model = _model(seed=1)
+    got = teacher_forced_loss(model, data, batch_size=7)   # batches of 7: a ragged last one
+    assert got == pytest.approx(_loss_by_hand(model, data), rel=1e-5)
+    assert not model.training
+
+
+def test_teacher_forced_loss_ignores_what_the_model_says_at_padded_positions():
+    from attention_src.training import teacher_forced_loss
+
+    data = _reverse_data(24, seed=4)
+    model = _model(seed=2)
+    real = (data.tgt_out != VOCAB.pad_id)
+
+    class LoudAtPads(nn.Module):
+        """The same model, but with huge logits for the wrong token wherever the target pads."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, src, src_len, tgt_in):
+            logits, w = self.inner(src, src_len, tgt_in)
+            rows = {tuple(r.tolist()): i for i, r in enumerate(data.src)}
+            pads = torch.stack([~real[rows[tuple(r.tolist())]] for r in src])  # (B, L_t)
+            return logits + 1e3 * pads[..., None] * torch.arange(logits.shape[-1]), w
+
+    assert teacher_forced_loss(LoudAtPads(model), data) == pytest.approx(
+        teacher_forced_loss(model, data), rel=1e-6)
+
+
+def test_teacher_forced_loss_rejects_empty_or_all_pad_data():
+    from attention_src.training import teacher_forced_loss
+
+    data = _reverse_data(8)
+    with pytest.raises(ValueError, match="data is empty"):
+        teacher_forced_loss(_model(), data.subset(slice(0, 0)))
+    all_pad = SequencePairs(data.src, data.src_len, data.tgt_in, torch.zeros_like(data.tgt_out))
+    with pytest.raises(ValueError, match="every target token of data is pad_id=0"):
+        teacher_forced_loss(_model(), all_pad)
+    with pytest.raises(ValueError, match="batch_size"):
+        teacher_forced_loss(_model(), data, batch_size=0)
