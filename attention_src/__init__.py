@@ -6,7 +6,7 @@ independent reference (PyTorch's own implementations or hand-computed examples).
 Modules, one concept each: ``softmax`` (softmax and masks), ``scoring`` (scoring functions),
 ``attention`` (scaled dot-product attention), ``kernel_regression``
 (Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head attention),
-``positional`` (positional encoding), ``numpy_ref`` (NumPy versions), ``plotting``
+``positional`` (sinusoidal encoding, rotary embedding), ``numpy_ref`` (NumPy versions), ``plotting``
 (``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks), ``data`` (generated
 data sets), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops). The last
 three are imported as modules: ``from attention_src import data, seq2seq, training``.
@@ -23,7 +23,7 @@ from attention_src.multihead import (
     to_torch_multihead,
 )
 from attention_src.plotting import show_heatmaps
-from attention_src.positional import sinusoidal_positional_encoding
+from attention_src.positional import apply_rotary, sinusoidal_positional_encoding
 from attention_src.scoring import (
     AdditiveScore,
     Attention,
@@ -54,6 +54,7 @@ __all__ = [
     "ScaledDotScore",
     "Score",
     "SelfAttention",
+    "apply_rotary",
     "attention_from_scores",
     "causal_mask",
     "count_parameters",

@@ -1,10 +1,19 @@
-"""Sinusoidal positional encoding (Vaswani et al., 2017, section 3.5).
+"""Positional information: sinusoidal encoding and rotary position embedding.
+
+Sinusoidal positional encoding (Vaswani et al., 2017, section 3.5), added to the token
+embeddings::
 
     PE[pos, 2i]   = sin(pos / 10000^(2i / d))
     PE[pos, 2i+1] = cos(pos / 10000^(2i / d))
 
 The exponent is ``2i/d``: column pair ``i`` oscillates with wavelength ``2 pi * 10000^(2i/d)``,
 from ``2 pi`` for the first pair to nearly ``2 pi * 10000`` for the last.
+
+Rotary position embedding (RoPE; Su et al., 2021), applied to queries and keys instead: each
+feature pair ``(x[2i], x[2i+1])`` of the vector at position ``m`` is rotated by the angle
+``m * theta_i`` with ``theta_i = 10000^(-2i/d)``, the same frequencies as the sinusoidal table.
+Because rotations compose, ``rot(q, m) . rot(k, n)`` depends on the positions only through
+``m - n``.
 """
 
 from __future__ import annotations
@@ -14,9 +23,17 @@ import numbers
 
 import torch
 
-from attention_src.validation import check_positive_int
+from attention_src.validation import check_positive_int, check_tensor
 
-__all__ = ["sinusoidal_positional_encoding"]
+__all__ = ["sinusoidal_positional_encoding", "apply_rotary"]
+
+
+def _check_base(base: object) -> float:
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise TypeError(f"base must be a real number, got {type(base).__name__}")
+    if not (math.isfinite(base) and base > 0):
+        raise ValueError(f"base must be positive and finite, got {base}")
+    return float(base)
 
 
 def sinusoidal_positional_encoding(
@@ -35,10 +52,7 @@ def sinusoidal_positional_encoding(
     """
     check_positive_int("length", length)
     check_positive_int("dim", dim)
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"base must be a real number, got {type(base).__name__}")
-    if not (math.isfinite(base) and base > 0):
-        raise ValueError(f"base must be positive and finite, got {base}")
+    _check_base(base)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
@@ -48,3 +62,60 @@ def sinusoidal_positional_encoding(
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe[:, :dim].to(dtype)
+
+
+def apply_rotary(
+    x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
+) -> torch.Tensor:
+    """Rotary position embedding: rotate each feature pair of ``x`` by its position's angle.
+
+    Feature pair ``i`` (features ``2i`` and ``2i+1``, the interleaved layout of Su et al.) of
+    the vector at position ``m`` is rotated by ``m * base^(-2i/d)``::
+
+        out[2i]   = x[2i] cos(m theta_i) - x[2i+1] sin(m theta_i)
+        out[2i+1] = x[2i] sin(m theta_i) + x[2i+1] cos(m theta_i)
+
+    Apply it to queries and keys (not values) before the scores: then
+    ``apply_rotary(q, m) . apply_rotary(k, n)`` depends on ``m`` and ``n`` only through
+    ``m - n``. (Some libraries pair feature ``j`` with ``j + d/2`` instead; that is the same
+    rotation after a fixed permutation of the features.)
+
+    Args:
+        x: ``(..., L, d)`` floating-point, ``d`` even.
+        positions: ``(L,)`` or ``(..., L)`` broadcastable to ``x.shape[:-1]``: the position of
+            each vector, integers or floats.
+        base: the ``10000`` of the frequencies; positive and finite.
+
+    Returns:
+        ``(..., L, d)``, same dtype as ``x``; the norm of every vector is unchanged.
+    """
+    check_tensor("x", x, min_rank=2)
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(
+            f"apply_rotary rotates feature pairs, so the last dimension of x must be even, "
+            f"got x of shape {tuple(x.shape)} (d = {d})"
+        )
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions must hold integers or real numbers, got {positions.dtype}")
+    target = tuple(x.shape[:-1])
+    shape = tuple(positions.shape)
+    fits = 1 <= len(shape) <= len(target) and shape[-1] == target[-1] and all(
+        p in (1, t) for p, t in zip(reversed(shape), reversed(target), strict=False)
+    )
+    if not fits:
+        raise ValueError(
+            f"positions of shape {shape} must end in L = {target[-1]} and broadcast to "
+            f"x.shape[:-1] = {target} (x has shape {tuple(x.shape)})"
+        )
+    base = _check_base(base)
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    # (..., L, 1) * (d/2,) -> (..., L, d/2): angle m * theta_i of every position and pair
+    angle = positions.to(torch.float64).unsqueeze(-1) * theta
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
+    out_even = x_even * cos - x_odd * sin
+    out_odd = x_even * sin + x_odd * cos
+    return torch.stack((out_even, out_odd), dim=-1).flatten(-2)  # (..., L, d/2, 2) -> (..., L, d)

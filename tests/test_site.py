@@ -106,3 +106,38 @@ def test_math_renders_on_the_notation_page(browser):
                                timeout=20_000)
     finally:
         page.close()
+
+
+#: What a reader of the issue-7 review saw: a laptop-width window with both sidebars open.
+READER_VIEWPORT = {"width": 1280, "height": 900}
+NOTEBOOK_PAGES = [p for p, e in zip(PAGES, toc_entries(), strict=True) if e.suffix == ".ipynb"]
+
+
+@pytest.mark.parametrize("rel", NOTEBOOK_PAGES, ids=lambda p: p.name)
+def test_code_is_not_cut_and_a_log_is_one_block(browser, rel):
+    """At 1280 px no code cell hides code behind a scroll bar, and no cell prints in pieces.
+
+    The code column of the book theme shows about 80 characters; ruff holds notebook code to
+    80 columns, and this checks the result as rendered. A cell that prints in a loop (a
+    training log) must render as one output block, not one box per print.
+    """
+    page = browser.new_page(viewport=READER_VIEWPORT)
+    try:
+        page.goto((SITE / rel).as_uri(), wait_until="load")
+        primary = page.locator("#pst-primary-sidebar")
+        assert primary.count() == 1 and primary.is_visible(), "left sidebar not shown at 1280 px"
+        cut = page.evaluate(
+            """() => Array.from(document.querySelectorAll('div.cell_input pre'))
+                 .filter(p => p.scrollWidth > p.clientWidth + 1)
+                 .map(p => p.innerText.split('\\n')
+                            .reduce((a, b) => (b.length > a.length ? b : a), ''))"""
+        )
+        assert not cut, f"{rel}: code wider than the column (longest line of each): {cut}"
+        pieces = page.evaluate(
+            """() => Array.from(document.querySelectorAll('div.cell_output'))
+                 .map(o => o.querySelectorAll(':scope > div.output.stream').length)
+                 .filter(n => n > 1).length"""
+        )
+        assert pieces == 0, f"{rel}: {pieces} cells print their output as several blocks"
+    finally:
+        page.close()
