@@ -9,6 +9,8 @@
 * :func:`encode_pairs`: turn (source, target) string pairs into padded tensors.
 * :func:`noisy_curve` and :func:`curve_target`: noisy samples of a smooth 1-D function, for
   Nadaraya-Watson kernel regression (attention pooling without learning, chapter 1).
+* :func:`running_example`: the sentence "Jane visite l'Afrique en septembre" with small,
+  hand-written embeddings, carried through chapters 4 to 6.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = [
     "encode_pairs",
     "curve_target",
     "noisy_curve",
+    "RunningExample",
+    "running_example",
 ]
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
@@ -222,3 +226,46 @@ def noisy_curve(
     x = torch.from_numpy(np.sort(rng.uniform(0.0, x_max, size=n))).to(dtype)
     eps = torch.from_numpy(rng.normal(0.0, noise, size=n)).to(dtype)
     return x, curve_target(x) + eps
+
+
+@dataclass(frozen=True)
+class RunningExample:
+    """A sentence with illustrative embeddings: see :func:`running_example`.
+
+    Attributes:
+        tokens: the ``L`` words of the sentence.
+        features: the names of the ``d`` embedding dimensions.
+        embeddings: ``(L, d)`` float64; row ``j`` is the embedding of ``tokens[j]``.
+    """
+
+    tokens: tuple[str, ...]
+    features: tuple[str, ...]
+    embeddings: torch.Tensor
+
+
+#: Hand-written feature values of the running example (rows: tokens; columns: features).
+_RUNNING_FEATURES = ("person", "action", "place", "time", "function word", "proper noun")
+_RUNNING_ROWS = {
+    "Jane": (1.0, 0.0, 0.0, 0.0, 0.0, 1.0),
+    "visite": (0.0, 1.0, 0.0, 0.0, 0.0, 0.0),
+    "l'Afrique": (0.0, 0.0, 1.0, 0.0, 0.5, 1.0),  # a place, with its article l'
+    "en": (0.0, 0.0, 0.0, 0.3, 1.0, 0.0),          # a preposition, here of time
+    "septembre": (0.0, 0.0, 0.0, 1.0, 0.0, 0.0),
+}
+
+
+def running_example() -> RunningExample:
+    """The running example of chapters 4-6: "Jane visite l'Afrique en septembre".
+
+    Note 003 of the source notes walks self-attention through this French sentence ("Jane
+    visits Africa in September"). The embeddings are **illustrative**, written by hand so that
+    each of the ``d = 6`` dimensions has a meaning (person, action, place, time, function word,
+    proper noun); a trained model's embeddings have no such labels. Small enough to print, and
+    ``d = 6`` splits into ``h = 2`` or ``h = 3`` heads.
+
+    Returns:
+        a :class:`RunningExample` with ``L = 5`` tokens and ``embeddings`` of shape ``(5, 6)``.
+    """
+    tokens = tuple(_RUNNING_ROWS)
+    embeddings = torch.tensor([_RUNNING_ROWS[t] for t in tokens], dtype=torch.float64)
+    return RunningExample(tokens, _RUNNING_FEATURES, embeddings)

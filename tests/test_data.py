@@ -244,3 +244,21 @@ def test_date_pairs_encode_with_a_character_vocabulary():
 def test_date_pairs_bad_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
         date_pairs(**({"n": 3} | kwargs))
+
+
+def test_running_example_is_the_sentence_of_note_003_with_labelled_features():
+    from attention_src.data import running_example
+
+    ex = running_example()
+    assert ex.tokens == ("Jane", "visite", "l'Afrique", "en", "septembre")
+    assert ex.embeddings.shape == (len(ex.tokens), len(ex.features)) == (5, 6)
+    assert ex.embeddings.dtype == torch.float64
+    # every token has its own embedding, and each labelled feature means what it says
+    assert torch.linalg.matrix_rank(ex.embeddings) == 5
+    col = {name: i for i, name in enumerate(ex.features)}
+    assert ex.embeddings[ex.tokens.index("Jane"), col["person"]] == 1.0
+    assert ex.embeddings[ex.tokens.index("septembre"), col["time"]] == 1.0
+    assert ex.embeddings[ex.tokens.index("visite"), col["action"]] == 1.0
+    # a fresh copy each call: a chapter that edits it cannot change the next chapter's
+    ex.embeddings[0, 0] = 99.0
+    assert running_example().embeddings[0, 0] == 1.0
