@@ -10,7 +10,9 @@ import torch
 
 from attention_src.validation import check_mask, check_positive_int, check_tensor
 
-__all__ = ["softmax", "masked_softmax", "lengths_to_mask", "causal_mask", "softmax_jacobian"]
+__all__ = [
+    "softmax", "masked_softmax", "lengths_to_mask", "causal_mask", "band_mask", "softmax_jacobian",
+]
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -128,6 +130,37 @@ def causal_mask(length_q: int, length_k: int | None = None) -> torch.Tensor:
     check_positive_int("length_q", length_q)
     check_positive_int("length_k", length_k)
     return torch.ones(length_q, length_k, dtype=torch.bool).tril(diagonal=length_k - length_q)
+
+
+def band_mask(length: int, window: int, causal: bool = False) -> torch.Tensor:
+    """Banded (windowed, "truncated") self-attention mask: each query sees only nearby keys.
+
+    Query ``i`` may attend to key ``j`` when ``|i - j| < window``: itself and ``window - 1``
+    neighbours on each side, ``2 * window - 1`` keys in all (fewer at the ends). With
+    ``causal=True`` only the ``window`` keys ``i - window < j <= i`` remain, the sliding
+    window of a causal language model.
+
+    Args:
+        length: sequence length ``L`` (self-attention: ``L_q = L_k = L``).
+        window: positive int; ``window >= L`` keeps every key (causal: every earlier key).
+        causal: also block the keys after the query.
+
+    Returns:
+        mask: ``(L, L)`` boolean, ``True`` = may attend.
+    """
+    check_positive_int("length", length)
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window must be an int, got {type(window).__name__}")
+    if window < 1:
+        raise ValueError(
+            f"window must be at least 1 (a query always sees itself), got {window}"
+        )
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    i = torch.arange(length).unsqueeze(1)  # (L, 1): query positions
+    j = torch.arange(length).unsqueeze(0)  # (1, L): key positions
+    mask = (i - j).abs() < window  # (L, L)
+    return mask & (j <= i) if causal else mask
 
 
 def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:
