@@ -33,11 +33,18 @@ from attention_src.scoring import (
     Score,
 )
 from attention_src.softmax import (
+    band_mask,
     causal_mask,
     lengths_to_mask,
     masked_softmax,
     softmax,
     softmax_jacobian,
+)
+from attention_src.transformer import (
+    DecoderBlock,
+    EncoderBlock,
+    to_torch_decoder_layer,
+    to_torch_encoder_layer,
 )
 from attention_src.utils import count_parameters, set_seed
 
@@ -47,7 +54,9 @@ __all__ = [
     "AdditiveScore",
     "Attention",
     "BilinearScore",
+    "DecoderBlock",
     "DotScore",
+    "EncoderBlock",
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
     "PerHeadMultiHeadAttention",
@@ -56,6 +65,7 @@ __all__ = [
     "SelfAttention",
     "apply_rotary",
     "attention_from_scores",
+    "band_mask",
     "causal_mask",
     "count_parameters",
     "fuse_heads",
@@ -69,5 +79,7 @@ __all__ = [
     "sinusoidal_positional_encoding",
     "softmax",
     "softmax_jacobian",
+    "to_torch_decoder_layer",
+    "to_torch_encoder_layer",
     "to_torch_multihead",
 ]
