@@ -1,12 +1,18 @@
 """Recurrent encoder-decoders, with and without attention (chapters 1 and 2).
 
-* :class:`GRUEncoder` reads the source into one vector per position (its "annotations" ``h_j``)
-  and a final summary.
+The notation is the book's (``book/notation.md``): row vectors, so a linear map multiplies from
+the right (``x W``); ``L_k`` source positions (the keys) and ``L_q`` output steps (the queries);
+``d_k`` the width of an annotation, ``d_q`` the width of a decoder state; ``alpha_ij`` the weight
+that output step ``i`` gives source position ``j``, and ``s_ij`` its score.
+
+* :class:`GRUEncoder` reads the source into one row vector per position (its "annotations"
+  ``h_j``, the keys and values) and a final summary.
 * :class:`ContextDecoder` is the classic encoder-decoder of Cho et al. (2014): every output
   step sees the **same** context vector ``C`` (the encoder's summary).
-* :class:`AttentionDecoder` is Bahdanau et al. (2015): step ``t`` scores its previous state
-  ``s_{t-1}`` against every ``h_j``, turns the scores into weights ``alpha_{t,j}`` and reads
-  its own context ``c_t = sum_j alpha_{t,j} h_j``; then ``s_t = GRU([y_{t-1}; c_t], s_{t-1})``.
+* :class:`AttentionDecoder` is Bahdanau et al. (2015): step ``i`` scores its previous state
+  ``s_{i-1}`` (the query) against every ``h_j``, giving scores ``s_ij`` (Bahdanau et al. write
+  ``e_ij``), turns them into weights ``alpha_ij`` and reads its own context
+  ``c_i = sum_j alpha_ij h_j``; then ``s_i = GRU([emb(y_{i-1}); c_i], s_{i-1})``.
   Any scoring function of :mod:`attention_src.scoring` can be plugged in.
 * :class:`Seq2Seq` joins an encoder and a decoder: teacher-forced ``forward`` for training and
   ``greedy_decode`` for inference, both returning the attention weights when there are any.
@@ -44,10 +50,12 @@ def _check_ids(name: str, ids: torch.Tensor, rank: int) -> None:
 class GRUEncoder(nn.Module):
     """Embedding + (bidirectional) GRU over a padded batch of source ids.
 
-    ``forward(src: (B, L_s) long, src_len: (B,)) -> (annotations: (B, L_s, output_dim),
-    summary: (B, output_dim))``. ``output_dim = hidden_dim * (2 if bidirectional else 1)``.
-    Padded positions of ``annotations`` are zero; ``summary`` is the last real state (both
-    directions concatenated), the fixed-size context ``C`` of a decoder without attention.
+    ``forward(src: (B, L_k) long, src_len: (B,)) -> (annotations: (B, L_k, d_k),
+    summary: (B, d_k))``, where ``L_k`` is the padded source length and the width
+    ``d_k = output_dim = hidden_dim * (2 if bidirectional else 1)``. Row ``j`` of
+    ``annotations`` is ``h_j``; padded positions are zero. ``summary`` is the last real state
+    (both directions concatenated), the fixed-size context vector ``C`` of a decoder without
+    attention.
     """
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int,
@@ -77,12 +85,14 @@ class GRUEncoder(nn.Module):
 class ContextDecoder(nn.Module):
     """GRU decoder conditioned on one fixed context vector ``C`` at every step (no attention).
 
-    ``s_0 = tanh(W C)``, ``s_t = GRU([e(y_{t-1}); C], s_{t-1})``,
-    ``logits_t = W_o [s_t; C; e(y_{t-1})]``.
-    ``forward(tgt_in: (B, L_t), annotations: (B, L_s, context_dim), summary: (B, context_dim),
-    src_len, state=None) -> (logits: (B, L_t, vocab), None, state: (1, B, hidden))``;
-    ``annotations`` and ``src_len`` are accepted for a common interface and ignored: the decoder
-    sees only ``summary``. Pass the returned ``state`` back in to continue decoding.
+    With row vectors: ``s_0 = tanh(C W_init + b)``, ``s_i = GRU([emb(y_{i-1}); C], s_{i-1})``,
+    ``logits_i = [s_i; C; emb(y_{i-1})] W_o + b_o`` (``init_state``, ``rnn`` and ``output``;
+    each ``nn.Linear`` stores the transpose of its ``W``).
+    ``forward(tgt_in: (B, L_q), annotations: (B, L_k, d_k), summary: (B, d_k), src_len,
+    state=None) -> (logits: (B, L_q, vocab_size), None, state: (1, B, d_q))``, with
+    ``d_k = context_dim`` and ``d_q = hidden_dim``; ``annotations`` and ``src_len`` are
+    accepted for a common interface and ignored: the decoder sees only ``summary`` (``C``).
+    Pass the returned ``state`` back in to continue decoding.
     """
 
     has_attention = False
@@ -108,16 +118,19 @@ class ContextDecoder(nn.Module):
 class AttentionDecoder(nn.Module):
     """Bahdanau-style GRU decoder that attends over the encoder annotations at every step.
 
-    At step ``t``: ``alpha_t = softmax(score(s_{t-1}, h_1..h_Ls))`` over the real source
-    positions, ``c_t = sum_j alpha_{t,j} h_j``, ``s_t = GRUCell([e(y_{t-1}); c_t], s_{t-1})``,
-    ``logits_t = W_o [s_t; c_t; e(y_{t-1})]``.
+    With row vectors, at output step ``i``: scores ``s_ij = score(s_{i-1}, h_j)`` for every
+    real source position ``j``, weights ``alpha_ij = softmax_j(s_ij)``,
+    ``c_i = sum_j alpha_ij h_j``, ``s_i = GRUCell([emb(y_{i-1}); c_i], s_{i-1})`` and
+    ``logits_i = [s_i; c_i; emb(y_{i-1})] W_o + b_o``; the first query is
+    ``s_0 = tanh(C W_init + b)``.
 
-    ``score`` is any :class:`attention_src.scoring.Score` taking queries of size ``hidden_dim``
-    and keys of size ``context_dim`` (dot-product scores need the two equal).
+    ``score`` is any :class:`attention_src.scoring.Score` taking queries of width
+    ``d_q = hidden_dim`` and keys of width ``d_k = context_dim`` (dot-product scores need the
+    two equal).
 
-    ``forward(tgt_in: (B, L_t), annotations: (B, L_s, context_dim), summary: (B, context_dim),
-    src_len: (B,), state=None) -> (logits: (B, L_t, vocab), weights: (B, L_t, L_s),
-    state: (B, hidden))``.
+    ``forward(tgt_in: (B, L_q), annotations: (B, L_k, d_k), summary: (B, d_k), src_len: (B,),
+    state=None) -> (logits: (B, L_q, vocab_size), weights: (B, L_q, L_k), state: (B, d_q))``;
+    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``.
     """
 
     has_attention = True
@@ -149,8 +162,9 @@ class AttentionDecoder(nn.Module):
 class Seq2Seq(nn.Module):
     """An encoder and a decoder.
 
-    ``forward(src: (B, L_s), src_len: (B,), tgt_in: (B, L_t)) -> (logits: (B, L_t, V),
-    weights: (B, L_t, L_s) or None)``, teacher-forced.
+    ``forward(src: (B, L_k), src_len: (B,), tgt_in: (B, L_q)) -> (logits: (B, L_q,
+    vocab_size), weights: (B, L_q, L_k) or None)``, teacher-forced: ``L_k`` source positions,
+    ``L_q`` output steps, ``weights[b, i, j] = alpha_ij``.
     """
 
     def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder):
@@ -168,7 +182,7 @@ class Seq2Seq(nn.Module):
         """Decode ``steps`` tokens, feeding back each step's most likely token.
 
         Returns:
-            tokens: ``(B, steps)`` long; weights: ``(B, steps, L_s)`` or ``None``.
+            tokens: ``(B, steps)`` long; weights: ``(B, steps, L_k)`` or ``None``.
         """
         check_positive_int("steps", steps)
         annotations, summary = self.encoder(src, src_len)
@@ -193,16 +207,17 @@ def build_gru_seq2seq(
     The two variants share everything but the decoder: ``attention=False`` gives a
     :class:`ContextDecoder` (one fixed context ``C`` for every step, Cho et al. 2014),
     ``attention=True`` an :class:`AttentionDecoder` with an
-    :class:`~attention_src.scoring.AdditiveScore` of width ``decoder_hidden_dim`` (Bahdanau et
-    al. 2015). Source and target share one vocabulary of ``vocab_size`` ids.
+    :class:`~attention_src.scoring.AdditiveScore`, ``s_ij = tanh(s_{i-1} W_q + h_j W_k) w_v``,
+    whose hidden width ``d_a`` is ``decoder_hidden_dim`` (Bahdanau et al. 2015). Source and
+    target share one vocabulary of ``vocab_size`` ids.
 
     Args:
         vocab_size, embed_dim: vocabulary size and embedding width (encoder and decoder).
-        hidden_dim: GRU width of each encoder direction; the annotations have ``2 * hidden_dim``
-            features.
+        hidden_dim: GRU width of each encoder direction; the annotations have
+            ``d_k = 2 * hidden_dim`` features.
         attention: whether the decoder attends.
-        decoder_hidden_dim: decoder GRU width and additive-score width (default
-            ``hidden_dim``).
+        decoder_hidden_dim: the decoder GRU width ``d_q`` and, with attention, the additive
+            score's hidden width ``d_a`` (default ``hidden_dim``).
         seed: ``torch.manual_seed`` before the parameters are created, so a seed fixes them.
 
     Returns:
@@ -244,10 +259,10 @@ def build_scored_seq2seq(
         hidden_dim: GRU width of each encoder direction; the annotations have
             ``encoder.output_dim`` features (``2 * hidden_dim`` if ``bidirectional``).
         make_score: called with no argument, returns the :class:`~attention_src.scoring.Score`;
-            its queries are decoder states ``(..., decoder_hidden_dim)`` and its keys
-            annotations ``(..., encoder.output_dim)``.
+            its queries are decoder states ``(..., d_q)`` with ``d_q = decoder_hidden_dim``
+            and its keys annotations ``(..., d_k)`` with ``d_k = encoder.output_dim``.
         bidirectional: whether the encoder reads the source both ways.
-        decoder_hidden_dim: decoder GRU width (default ``encoder.output_dim``).
+        decoder_hidden_dim: decoder GRU width ``d_q`` (default ``encoder.output_dim``).
         seeds: seeds of encoder, score and decoder.
 
     Returns:
