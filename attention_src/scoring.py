@@ -5,14 +5,17 @@ All four share one interface, ``score(query, key) -> scores``:
 ==================  =======================================  =================================
 name                score of query ``q`` and key ``k``       parameters
 ==================  =======================================  =================================
-AdditiveScore       ``tanh(q W_q + k W_k) w_v`` (Bahdanau)   ``(d_q + d_k + 1) * d_hidden``
-DotScore            ``q . k``                                none (needs ``d_q == d_k``)
-ScaledDotScore      ``q . k / sqrt(d_k)`` (Vaswani)          none (needs ``d_q == d_k``)
+AdditiveScore       ``tanh(q W_q + k W_k) w_v`` (Bahdanau)   ``(d_q + d_k + 1) * d_a``
+DotScore            ``q k^T``                                none (needs ``d_q == d_k``)
+ScaledDotScore      ``q k^T / sqrt(d_k)`` (Vaswani)          none (needs ``d_q == d_k``)
 BilinearScore       ``q W k^T`` (Luong's "general")          ``d_q * d_k``
 ==================  =======================================  =================================
 
-(Row vectors, as everywhere in the book: ``q`` is ``(1, d_q)``, ``k`` is ``(1, d_k)``.)
-:class:`Attention` turns any of them into an attention layer.
+(Row vectors, as everywhere in the book: ``q`` is ``(1, d_q)``, ``k`` is ``(1, d_k)``, and a
+matrix acts from the right; ``d_a`` is the additive score's hidden width, the argument
+``d_hidden``.) The score of query ``i`` against key ``j`` is ``s_ij``; for all pairs the scores
+form ``S``, of shape ``(L_q, L_k)``. :class:`Attention` turns any of them into an attention
+layer.
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ class AdditiveScore(Score):
     ``W_q: (d_q, d_a)``, ``W_k: (d_k, d_a)`` and ``w_v: (d_a,)``; ``d_hidden`` is the MLP's width
     ``d_a``. Query and key may have different sizes. As everywhere in PyTorch, each
     ``nn.Linear`` stores the transpose of its matrix: ``self.W_q.weight`` is ``W_q^T``, of shape
-    ``(d_a, d_q)``, and ``self.w_v.weight`` is ``w_v^T``, of shape ``(1, d_a)``.
+    ``(d_a, d_q)``, and ``self.w_v.weight`` is ``w_v^T``, of shape ``(1, d_a)``; so the row form
+    reads ``W_q.weight.T``, and the papers' column form ``w_v^T tanh(W_q^T q + W_k^T k)`` reads
+    the stored weights as they are. For all pairs the score builds a
+    ``(..., L_q, L_k, d_a)`` tensor, ``d_a`` times the size of the scores.
     """
 
     def __init__(self, d_q: int, d_k: int, d_hidden: int):
@@ -89,7 +95,7 @@ class AdditiveScore(Score):
 
 
 class DotScore(Score):
-    """Dot-product score ``q . k``: no parameters; query and key sizes must match."""
+    """Dot-product score ``q k^T`` (all pairs: ``S = Q K^T``): no parameters; widths must match."""
 
     def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         if query.shape[-1] != key.shape[-1]:
@@ -101,14 +107,22 @@ class DotScore(Score):
 
 
 class ScaledDotScore(DotScore):
-    """Scaled dot-product score ``q . k / sqrt(d_k)`` (Vaswani et al., 2017)."""
+    """Scaled dot-product score ``q k^T / sqrt(d_k)`` (Vaswani et al., 2017).
+
+    For query and key components that are independent with mean 0 and variance 1, ``q k^T`` has
+    variance ``d_k`` (Vaswani et al.'s footnote 4); the division brings it back to 1.
+    """
 
     def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         return super().score(query, key) / math.sqrt(key.shape[-1])
 
 
 class BilinearScore(Score):
-    """Bilinear score ``q W k^T`` ("general" in Luong et al., 2015); sizes may differ."""
+    """Bilinear score ``q W k^T`` ("general" in Luong et al., 2015); widths may differ.
+
+    ``self.W`` is a plain parameter of shape ``(d_q, d_k)``, stored as in the formula (not
+    transposed, unlike an ``nn.Linear`` weight); the column form ``q^T W k`` uses the same ``W``.
+    """
 
     def __init__(self, d_q: int, d_k: int):
         super().__init__()

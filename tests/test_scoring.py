@@ -1,7 +1,9 @@
 """Scoring functions and the generic Attention layer (attention_src.scoring).
 
 Each score is checked against a per-(query, key) loop of its formula, written with the module's
-own weights: ``v^T tanh(W_q q + W_k k)``, ``q . k``, ``q . k / sqrt(d)``, ``q^T W k``.
+own weights in the papers' column form: ``w_v^T tanh(W_q^T q + W_k^T k)``, ``q . k``,
+``q . k / sqrt(d)``, ``q^T W k``; the additive score also against the book's row form for all
+pairs at once, ``tanh(q W_q + k W_k) w_v``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ def test_additive_score_equals_hand_loop(batch, dims):
     with torch.no_grad():
         torch.testing.assert_close(score(q, k), _loop_scores(additive, q, k), **F64)
     assert score(q, k).shape == (*batch, 4, 3)
+
+
+def test_additive_score_row_form_reads_the_transposed_linear_weights():
+    torch.manual_seed(0)
+    d_q, d_k, d_a = 5, 3, 4
+    score = AdditiveScore(d_q, d_k, d_a).double()
+    q, k = randn(1, 2, 6, d_q), randn(2, 2, 7, d_k)
+    # the book's matrices: nn.Linear's .weight is their transpose
+    W_q, W_k, w_v = score.W_q.weight.T, score.W_k.weight.T, score.w_v.weight.T
+    assert (W_q.shape, W_k.shape, w_v.shape) == ((d_q, d_a), (d_k, d_a), (d_a, 1))
+    hidden = (q @ W_q)[..., :, None, :] + (k @ W_k)[..., None, :, :]  # (2, 6, 7, d_a)
+    with torch.no_grad():
+        torch.testing.assert_close(score(q, k), (torch.tanh(hidden) @ w_v)[..., 0], **F64)
 
 
 @pytest.mark.parametrize("batch", BATCHES, ids=str)
