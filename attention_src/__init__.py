@@ -31,6 +31,7 @@ from attention_src.scoring import (
     DotScore,
     ScaledDotScore,
     Score,
+    UniformScore,
 )
 from attention_src.softmax import (
     band_mask,
@@ -63,6 +64,7 @@ __all__ = [
     "ScaledDotScore",
     "Score",
     "SelfAttention",
+    "UniformScore",
     "apply_rotary",
     "attention_from_scores",
     "band_mask",

@@ -28,7 +28,10 @@ from torch import nn
 from attention_src.attention import attention_from_scores
 from attention_src.validation import check_positive_int, check_same_dtype, check_tensor
 
-__all__ = ["Score", "AdditiveScore", "DotScore", "ScaledDotScore", "BilinearScore", "Attention"]
+__all__ = [
+    "Score", "AdditiveScore", "DotScore", "ScaledDotScore", "BilinearScore", "UniformScore",
+    "Attention",
+]
 
 
 class Score(nn.Module):
@@ -92,6 +95,18 @@ class AdditiveScore(Score):
         k = self.W_k(key).unsqueeze(-3)  # (..., L_k, d_a) -> (..., 1, L_k, d_a)
         features = torch.tanh(q + k)  # broadcast -> (..., L_q, L_k, d_a)
         return self.w_v(features).squeeze(-1)  # (..., L_q, L_k, 1) -> (..., L_q, L_k)
+
+
+class UniformScore(Score):
+    """Control score: every key scores 0, so the weights are uniform over the allowed keys.
+
+    An attention layer with this score averages its values, whatever the query: the baseline
+    against which chapter 2 measures what a learned score adds. No parameters.
+    ``score(query: (..., L_q, d_q), key: (..., L_k, d_k)) -> (..., L_q, L_k)`` of zeros.
+    """
+
+    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return query.new_zeros(*query.shape[:-1], key.shape[-2])  # (..., L_q, L_k)
 
 
 class DotScore(Score):

@@ -249,3 +249,24 @@ def test_attention_rejects_bad_input():
 
 def test_top_level_exports():
     assert att.Attention is Attention and att.AdditiveScore is AdditiveScore
+
+
+# --- UniformScore: the control of chapter 2's bake-off ---------------------------------------
+
+
+def test_uniform_score_averages_the_allowed_values_whatever_the_query():
+    from attention_src.scoring import UniformScore
+
+    layer = Attention(UniformScore())
+    assert count_parameters(layer) == 0
+    value = randn(0, 2, 5, 3)
+    mask = torch.tensor([[True, True, True, False, False],
+                         [True, True, True, True, True]])[:, None, :]    # (B, 1, L_k)
+    out, weights = layer(randn(1, 2, 4, 7), randn(2, 2, 5, 6), value, mask)
+    # by hand: the mean of the first 3 values for sequence 0, of all 5 for sequence 1
+    expected = torch.stack([value[0, :3].mean(0), value[1].mean(0)])     # (B, d_v)
+    torch.testing.assert_close(out, expected[:, None, :].expand(2, 4, 3), **F64)
+    torch.testing.assert_close(weights[0, :, :3], torch.full((4, 3), 1 / 3, dtype=torch.float64))
+    assert bool((weights[0, :, 3:] == 0).all())
+    other, _ = layer(randn(9, 2, 4, 7) * 100, randn(2, 2, 5, 6), value, mask)
+    torch.testing.assert_close(other, out, atol=0, rtol=0)                # the query is ignored

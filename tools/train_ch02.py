@@ -55,13 +55,6 @@ CHECK_PAIRS = 512
 OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch02_bakeoff.pt"
 
 
-class UniformScore(att.Score):
-    """Control: every key scores 0, so the weights are uniform over the real positions."""
-
-    def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        return query.new_zeros(*query.shape[:-1], key.shape[-2])
-
-
 def make_score(name: str, d: int, d_a: int) -> att.Score:
     """A fresh scoring function for queries and keys of width ``d`` (``d_a``: additive)."""
     if name == "additive":
@@ -73,7 +66,7 @@ def make_score(name: str, d: int, d_a: int) -> att.Score:
     if name == "bilinear":
         return att.BilinearScore(d, d)
     if name == "uniform (control)":
-        return UniformScore()
+        return att.UniformScore()
     raise ValueError(f"unknown score {name!r}")
 
 
