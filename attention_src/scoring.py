@@ -30,7 +30,7 @@ from attention_src.validation import check_positive_int, check_same_dtype, check
 
 __all__ = [
     "Score", "AdditiveScore", "DotScore", "ScaledDotScore", "BilinearScore", "UniformScore",
-    "Attention",
+    "Attention", "SCORE_NAMES", "score_by_name",
 ]
 
 
@@ -186,3 +186,27 @@ class Attention(nn.Module):
         scores = self.score(query, key)  # (..., L_q, L_k)
         p = self.dropout if self.training else 0.0
         return attention_from_scores(scores, value, mask, dropout_p=p)
+
+
+#: The names :func:`score_by_name` accepts, in the order chapter 2 compares them.
+SCORE_NAMES = ("additive", "dot", "scaled dot", "bilinear", "uniform (control)")
+
+
+def score_by_name(name: str, d_q: int, d_k: int, d_hidden: int) -> Score:
+    """A new, freshly initialised scoring function, chosen by its name in :data:`SCORE_NAMES`.
+
+    ``d_q`` and ``d_k`` are the query and key widths; ``d_hidden`` is the additive score's
+    hidden width ``d_a`` (ignored by the others). The dot-product scores need ``d_q == d_k``.
+    One call builds one module, drawing its initial weights from the global RNG, so a training
+    script that seeds before the call gets the same model every time.
+    """
+    if name not in SCORE_NAMES:
+        raise ValueError(f"unknown score {name!r}; choose one of {', '.join(SCORE_NAMES)}")
+    if name in ("dot", "scaled dot") and d_q != d_k:
+        raise ValueError(f"the {name} score needs d_q == d_k, got d_q={d_q}, d_k={d_k}")
+    if name == "additive":
+        return AdditiveScore(d_q, d_k, d_hidden)
+    if name == "bilinear":
+        return BilinearScore(d_q, d_k)
+    return {"dot": DotScore, "scaled dot": ScaledDotScore, "uniform (control)": UniformScore}[
+        name]()

@@ -270,3 +270,32 @@ def test_uniform_score_averages_the_allowed_values_whatever_the_query():
     assert bool((weights[0, :, 3:] == 0).all())
     other, _ = layer(randn(9, 2, 4, 7) * 100, randn(2, 2, 5, 6), value, mask)
     torch.testing.assert_close(other, out, atol=0, rtol=0)                # the query is ignored
+
+
+def test_score_by_name_builds_each_score_with_the_widths_asked():
+    from attention_src.scoring import SCORE_NAMES, UniformScore, score_by_name
+
+    expected = {"additive": AdditiveScore, "dot": DotScore, "scaled dot": ScaledDotScore,
+                "bilinear": BilinearScore, "uniform (control)": UniformScore}
+    assert set(SCORE_NAMES) == set(expected)
+    for name in SCORE_NAMES:
+        score = score_by_name(name, 4, 4, 3)
+        assert type(score) is expected[name]
+        q, k = randn(0, 2, 4, dtype=torch.float32), randn(1, 5, 4, dtype=torch.float32)
+        assert score(q, k).shape == (2, 5)
+    additive = score_by_name("additive", 4, 6, 3)
+    assert additive.W_q.weight.shape == (3, 4) and additive.W_k.weight.shape == (3, 6)
+    assert score_by_name("bilinear", 4, 6, 3).W.shape == (4, 6)
+    torch.manual_seed(7)
+    a = score_by_name("additive", 4, 4, 3)
+    torch.manual_seed(7)
+    torch.testing.assert_close(a.W_q.weight, AdditiveScore(4, 4, 3).W_q.weight, atol=0, rtol=0)
+
+
+def test_score_by_name_rejects_unknown_names_and_mismatched_dot_widths():
+    from attention_src.scoring import score_by_name
+
+    with pytest.raises(ValueError, match="unknown score 'cosine'; choose one of additive, dot"):
+        score_by_name("cosine", 4, 4, 3)
+    with pytest.raises(ValueError, match=r"the dot score needs d_q == d_k, got d_q=4, d_k=6"):
+        score_by_name("dot", 4, 6, 3)

@@ -36,7 +36,7 @@ import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 import attention_src as att
-from attention_src import data, seq2seq, training
+from attention_src import data, scoring, seq2seq, training
 
 #: The chapter's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -51,15 +51,7 @@ OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch02_solutions
 
 def make_score(name: str, d: int, d_a: int) -> att.Score:
     """A fresh scoring function for queries and keys of width ``d`` (``d_a``: additive)."""
-    if name == "additive":
-        return att.AdditiveScore(d, d, d_a)
-    if name == "dot":
-        return att.DotScore()
-    if name == "scaled dot":
-        return att.ScaledDotScore()
-    if name == "bilinear":
-        return att.BilinearScore(d, d)
-    raise ValueError(f"unknown score {name!r}")
+    return scoring.score_by_name(name, d, d, d_a)
 
 
 def build_model(name: str, src_vocab_size: int, tgt_vocab_size: int) -> seq2seq.Seq2Seq:
