@@ -8,12 +8,12 @@ Given training pairs ``(x_i, y_i)``, the Nadaraya-Watson estimator (Nadaraya, 19
 In the language of attention, ``x`` is a **query**, the ``x_i`` are **keys** and the ``y_i``
 are **values**: the weights ``K(x - x_i) / sum_j K(x - x_j)`` are non-negative, sum to 1 over
 the keys, and are largest for the keys closest to the query. For the Gaussian kernel
-``K(u) = exp(-u^2 / (2 h^2))`` the weights are exactly a softmax over the keys of the scores
-``-(x - x_i)^2 / (2 h^2)`` (the kernel's normalising constant cancels in the ratio), so the
+``K(u) = exp(-u^2 / (2 sigma^2))`` the weights are exactly a softmax over the keys of the scores
+``-(x - x_i)^2 / (2 sigma^2)`` (the kernel's normalising constant cancels in the ratio), so the
 estimator is attention with a fixed, hand-chosen scoring function and one knob, the bandwidth
-``h``.
+``sigma``.
 
-* :func:`gaussian_kernel_scores`: the scores ``-(q - k)^2 / (2 h^2)``, shape ``(L_q, L_k)``.
+* :func:`gaussian_kernel_scores`: the scores ``-(q - k)^2 / (2 sigma^2)``, shape ``(L_q, L_k)``.
 * :func:`nadaraya_watson`: predictions and attention weights for a batch of queries.
 """
 
@@ -49,7 +49,7 @@ def _check_bandwidth(bandwidth: object) -> float:
 def gaussian_kernel_scores(
     query: torch.Tensor, keys: torch.Tensor, bandwidth: float
 ) -> torch.Tensor:
-    """Scores of a Gaussian kernel: ``s_ij = -(q_i - k_j)^2 / (2 h^2)``.
+    """Scores of a Gaussian kernel: ``s_ij = -(q_i - k_j)^2 / (2 sigma^2)``.
 
     ``exp(s_ij)`` is the Gaussian kernel ``K(q_i - k_j)`` without its normalising constant,
     so ``softmax(s)`` over the keys gives the Nadaraya-Watson weights.
@@ -57,18 +57,18 @@ def gaussian_kernel_scores(
     Args:
         query: ``(L_q,)`` query points, floating point.
         keys: ``(L_k,)`` key points (the training inputs), same dtype as ``query``.
-        bandwidth: ``h > 0``, the kernel's width (in units of ``x``).
+        bandwidth: ``sigma > 0``, the kernel's width (in units of ``x``).
 
     Returns:
         scores: ``(L_q, L_k)``, all ``<= 0``; ``0`` where a key equals the query.
     """
     _check_points("query", query)
     _check_points("keys", keys)
-    h = _check_bandwidth(bandwidth)
+    sigma = _check_bandwidth(bandwidth)
     if query.dtype != keys.dtype:
         raise TypeError(f"query ({query.dtype}) and keys ({keys.dtype}) must share one dtype")
     diff = query[:, None] - keys[None, :]  # (L_q, 1) - (1, L_k) -> (L_q, L_k)
-    return -(diff**2) / (2 * h**2)
+    return -(diff**2) / (2 * sigma**2)
 
 
 def nadaraya_watson(
@@ -80,7 +80,7 @@ def nadaraya_watson(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Nadaraya-Watson regression with a Gaussian kernel, written as attention pooling.
 
-    ``weights = softmax(-(q_i - k_j)^2 / (2 h^2))`` over the keys ``j``, and
+    ``weights = softmax(-(q_i - k_j)^2 / (2 sigma^2))`` over the keys ``j``, and
     ``prediction_i = sum_j weights_ij values_j``.
 
     Args:
@@ -88,8 +88,8 @@ def nadaraya_watson(
         keys: ``(L_k,)`` training inputs ``x_j``.
         values: ``(L_k,)`` training targets ``y_j``, or ``(L_k, d)`` for ``d`` targets per
             point; same dtype as ``keys``.
-        bandwidth: ``h > 0``. Small ``h``: each query listens to its nearest keys only (a
-            wiggly fit); large ``h``: every key gets nearly the same weight (the fit tends to
+        bandwidth: ``sigma > 0``. Small ``sigma``: each query listens to its nearest keys only (a
+            wiggly fit); large ``sigma``: every key gets nearly the same weight (the fit tends to
             the mean of the values).
         mask: optional boolean ``(L_q, L_k)`` (or broadcastable to it), ``True`` = the query
             may use that key; e.g. ``~torch.eye(n, dtype=torch.bool)`` for leave-one-out
