@@ -11,6 +11,10 @@
   Nadaraya-Watson kernel regression (attention pooling without learning, chapter 1).
 * :func:`running_example`: the sentence "Jane visite l'Afrique en septembre" with small,
   hand-written embeddings, carried through chapters 4 to 6.
+* :func:`repeated_segments`: random-token sequences in which a segment repeats at a varying
+  offset, for the induction-head experiment (chapter 6).
+* :func:`offset_copy_task`: random tokens with, as targets, the tokens at fixed relative
+  offsets (the previous one, the one two ahead), for the trained heads of chapter 5.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ __all__ = [
     "noisy_curve",
     "RunningExample",
     "running_example",
+    "IGNORE_INDEX",
+    "offset_copy_task",
+    "RepeatedSegments",
+    "repeated_segments",
 ]
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
@@ -269,3 +277,125 @@ def running_example() -> RunningExample:
     tokens = tuple(_RUNNING_ROWS)
     embeddings = torch.tensor([_RUNNING_ROWS[t] for t in tokens], dtype=torch.float64)
     return RunningExample(tokens, _RUNNING_FEATURES, embeddings)
+
+
+@dataclass
+class RepeatedSegments:
+    """Random-token sequences in which one segment appears twice: see :func:`repeated_segments`.
+
+    Attributes:
+        tokens: ``(N, L)`` int64 token ids in ``[0, vocab_size)``.
+        repeated: ``(N, L)`` bool; ``True`` at the positions of the second copy after its first
+            token, ``second + 1 .. second + segment_len - 1``: the tokens an induction rule
+            ("find the earlier copy of the current token, predict what followed it") predicts
+            from the tokens before them.
+        first: ``(N,)`` int64 start of the first copy.
+        second: ``(N,)`` int64 start of the second copy; ``second - first >= segment_len``.
+    """
+
+    tokens: torch.Tensor
+    repeated: torch.Tensor
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+def repeated_segments(
+    n: int, length: int = 32, vocab_size: int = 32, segment_len: int = 8, seed: int = 0
+) -> RepeatedSegments:
+    """Sequences of uniform random tokens in which a segment repeats at a varying offset.
+
+    For each sequence, a first start ``a`` is drawn uniformly from ``[0, length - 2 s]``
+    (``s = segment_len``), then a second start ``b`` uniformly from ``[a + s, length - s]``,
+    and the ``s`` tokens at ``a`` are copied to ``b``. Every other token is uniform over the
+    vocabulary. Because the offset ``b - a`` varies, no fixed position tells where the copy is:
+    a model has to find the earlier occurrence of the current token and read what came next
+    (an *induction head*, Olsson et al., 2022). The first token of the copy is not predictable
+    (the token before it is random), so ``repeated`` marks the ``s - 1`` tokens after it.
+
+    Args:
+        n: number of sequences.
+        length: sequence length ``L``; at least ``2 * segment_len``.
+        vocab_size: number of token ids, at least 2.
+        segment_len: length ``s`` of the repeated segment, at least 2.
+        seed: seed of the ``torch.Generator`` that draws everything.
+
+    Returns:
+        a :class:`RepeatedSegments` with ``tokens`` and ``repeated`` of shape ``(n, length)``.
+    """
+    check_positive_int("n", n)
+    check_positive_int("length", length)
+    check_positive_int("vocab_size", vocab_size)
+    check_positive_int("segment_len", segment_len)
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
+    if segment_len < 2:
+        raise ValueError(f"segment_len must be at least 2, got {segment_len}")
+    if length < 2 * segment_len:
+        raise ValueError(
+            f"length ({length}) must be at least 2 * segment_len ({2 * segment_len})"
+        )
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(vocab_size, (n, length), generator=g)  # (N, L)
+    # a uniform in [0, L - 2s]; b uniform in [a + s, L - s]: (L - 2s - a + 1) choices
+    first = torch.randint(length - 2 * segment_len + 1, (n,), generator=g)  # (N,)
+    choices = length - 2 * segment_len - first + 1  # (N,), each >= 1
+    second = first + segment_len + (torch.rand(n, generator=g) * choices).long()  # (N,)
+    offsets = torch.arange(segment_len)  # (s,)
+    rows = torch.arange(n).unsqueeze(1)  # (N, 1)
+    src = first.unsqueeze(1) + offsets  # (N, s) positions of the first copy
+    dst = second.unsqueeze(1) + offsets  # (N, s) positions of the second copy
+    tokens[rows, dst] = tokens[rows, src]
+    repeated = torch.zeros(n, length, dtype=torch.bool)
+    repeated[rows, dst[:, 1:]] = True  # (N, s - 1): the predictable tokens
+    return RepeatedSegments(tokens, repeated, first, second)
+
+
+#: Target value of a position that has no target (``F.cross_entropy``'s default ``ignore_index``).
+IGNORE_INDEX = -100
+
+
+def offset_copy_task(
+    n: int, length: int = 12, vocab_size: int = 16, offsets: Sequence[int] = (-1, 2),
+    seed: int | torch.Generator = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random tokens and, for each offset ``o``, the token ``o`` places away (chapter 5).
+
+    Output position ``i`` has one target per offset: ``targets[:, k, i] = tokens[:, i + o_k]``,
+    the token at relative offset ``o_k`` (``-1``: the previous token; ``2``: the token two
+    places ahead). Where ``i + o_k`` falls outside the sequence the target is
+    :data:`IGNORE_INDEX`. A model with one attention layer must look in several places at
+    once: one softmax row gives one weighted average, so reading two offsets cleanly calls for
+    two heads.
+
+    Args:
+        n: number of sequences.
+        length: sequence length ``L``.
+        vocab_size: tokens are uniform in ``[0, vocab_size)``.
+        offsets: distinct non-zero relative offsets, each with ``|o| < length``.
+        seed: an ``int`` seed, or a ``torch.Generator`` to draw from (for a stream of batches).
+
+    Returns:
+        tokens: ``(n, L)`` int64; targets: ``(n, len(offsets), L)`` int64.
+    """
+    check_positive_int("n", n)
+    check_positive_int("length", length)
+    check_positive_int("vocab_size", vocab_size)
+    offsets = tuple(offsets)
+    if not offsets:
+        raise ValueError("offsets is empty")
+    for o in offsets:
+        if isinstance(o, bool) or not isinstance(o, (int, np.integer)):
+            raise TypeError(f"offsets must be ints, got {o!r}")
+        if o == 0 or abs(o) >= length:
+            raise ValueError(f"every offset must be non-zero with |o| < length ({length}), got {o}")
+    if len(set(offsets)) != len(offsets):
+        raise ValueError(f"offsets must be distinct, got {offsets}")
+    gen = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (n, length), generator=gen)
+    targets = torch.full((n, len(offsets), length), IGNORE_INDEX, dtype=torch.long)
+    positions = torch.arange(length)
+    for k, o in enumerate(offsets):
+        source = positions + int(o)  # (L,) position read by each output position
+        valid = (source >= 0) & (source < length)
+        targets[:, k, valid] = tokens[:, source[valid]]  # (n, #valid)
+    return tokens, targets
