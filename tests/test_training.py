@@ -68,15 +68,88 @@ def test_batch_larger_than_the_data_uses_all_of_it():
     assert len(losses) == 2
 
 
+def _train_by_hand(model, data, steps, batch_size, lr, clip, seed, pad_id=0,
+                   betas=(0.9, 0.999), eps=1e-8):
+    """Reference loop, written out: the loss over real tokens by log-softmax and gather, fresh
+    gradients each step, gradient-norm clipping and Adam's update formulas (Kingma & Ba, 2015,
+    Algorithm 1). Returns the losses and the gradient norm of each step before clipping."""
+    generator = torch.Generator().manual_seed(seed)
+    params = list(model.parameters())
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    losses, norms = [], []
+    model.train()
+    for t in range(1, steps + 1):
+        idx = torch.randint(len(data), (min(batch_size, len(data)),), generator=generator)
+        batch = data.subset(idx)
+        logits, _ = model(batch.src, batch.src_len, batch.tgt_in)        # (B, L_t, V)
+        log_p = logits.log_softmax(dim=-1)
+        picked = log_p.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, L_t)
+        real = batch.tgt_out != pad_id
+        loss = -(picked * real).sum() / real.sum()
+        grads = torch.autograd.grad(loss, params)
+        norm = torch.sqrt(sum((g**2).sum() for g in grads))
+        scale = min(1.0, clip / (float(norm) + 1e-6))
+        with torch.no_grad():
+            for p, g, m_i, v_i in zip(params, grads, m, v, strict=True):
+                g = g * scale
+                m_i.mul_(betas[0]).add_((1 - betas[0]) * g)
+                v_i.mul_(betas[1]).add_((1 - betas[1]) * g * g)
+                m_hat = m_i / (1 - betas[0] ** t)
+                v_hat = v_i / (1 - betas[1] ** t)
+                p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+        losses.append(float(loss.detach()))
+        norms.append(float(norm))
+    model.eval()
+    return losses, norms
+
+
+@pytest.mark.parametrize("clip", [0.05, 1e9], ids=["clipping", "no-clipping"])
+def test_training_steps_equal_a_hand_written_adam_loop(clip):
+    """Three steps, parameter by parameter: kills a loss that counts padding, a missing
+    ``zero_grad`` (gradients would accumulate from step 2) and missing clipping."""
+    data = _reverse_data(64, seed=3)
+    assert bool((data.tgt_out == VOCAB.pad_id).any())        # padding is there to be ignored
+    ours, ref = _model(seed=4).double(), _model(seed=4).double()
+    losses = train_seq2seq(ours, data, steps=3, batch_size=16, lr=0.01, clip=clip, seed=9)
+    ref_losses, norms = _train_by_hand(ref, data, steps=3, batch_size=16, lr=0.01, clip=clip,
+                                       seed=9)
+    if clip < 1:
+        assert min(norms) > 2 * clip                          # clipping acted on every step
+    assert losses == pytest.approx(ref_losses, rel=1e-10)
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-10, rtol=0, msg=name)
+
+
 def test_gradients_are_clipped():
-    """With a tiny clip norm and SGD-like steps, parameters barely move."""
+    """Two runs that differ only in the clip norm end with different weights."""
     data = _reverse_data(32)
-    model = _model()
-    before = [p.detach().clone() for p in model.parameters()]
-    train_seq2seq(model, data, steps=1, batch_size=8, lr=1e-3, clip=1e-6)
-    moved = max(float((p.detach() - b).abs().max())
-                for p, b in zip(model.parameters(), before, strict=True))
-    assert 0 < moved <= 1.01e-3  # Adam's first step moves each weight by about lr
+    runs = {}
+    for clip in (1e-3, 1e9):
+        model = _model().double()
+        train_seq2seq(model, data, steps=3, batch_size=8, lr=1e-2, clip=clip)
+        runs[clip] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert float((runs[1e-3] - runs[1e9]).abs().max()) > 1e-4
+
+
+def test_every_batch_is_drawn_from_the_whole_data_set():
+    """Batches are drawn with replacement from all N pairs: over many steps, every pair is
+    seen (a loop that only ever used the first batch_size pairs would fail)."""
+    data = _reverse_data(24)
+    seen = set()
+    original = SequencePairs.subset
+
+    def spy(self, index):
+        if isinstance(index, torch.Tensor):
+            seen.update(index.tolist())
+        return original(self, index)
+
+    SequencePairs.subset = spy
+    try:
+        train_seq2seq(_model(), data, steps=40, batch_size=4)
+    finally:
+        SequencePairs.subset = original
+    assert seen == set(range(24))
 
 
 @pytest.mark.parametrize(
