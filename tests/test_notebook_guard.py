@@ -152,3 +152,29 @@ def test_rounding_noise_pattern():
     assert ROUNDING_NOISE.findall("max |difference| 4.4e-16, 1e-13 and 2.0e-20") == [
         "4.4e-16", "1e-13", "2.0e-20"]
     assert not ROUNDING_NOISE.findall("tolerance 1e-12, loss 3.1e-05, rate 1e-3, 0.5")
+
+
+#: The site's output column fits about 80 characters at 1280 px (see _static/book.css); a longer
+#: printed line hides behind a scroll bar, as a long code line would.
+OUTPUT_COLUMNS = 80
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_printed_output_fits_the_column(nb_path):
+    wide = []
+    for i, cell in enumerate(_code_cells(nb_path)):
+        if _tags(cell) & {"remove-output", "remove-cell"}:
+            continue
+        for out in cell["outputs"]:
+            data = out.get("data", {})
+            if out["output_type"] == "stream":
+                text = "".join(out["text"])
+            elif "image/png" in data or "text/html" in data:
+                continue  # a figure or a table: drawn, not printed
+            else:
+                text = "".join(data.get("text/plain", ""))
+            wide += [(i, len(line)) for line in text.splitlines() if len(line) > OUTPUT_COLUMNS]
+    assert not wide, (
+        f"{nb_path.name}: printed lines wider than {OUTPUT_COLUMNS} columns (cell, width): "
+        f"{wide[:8]}; shorten labels or wrap the print"
+    )
