@@ -178,9 +178,16 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
         else:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            if mask is not None:  # PyTorch leaves fully masked rows undefined; the book: zeros
-                heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+            if mask is None:
+                heads = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            else:
+                # A query with no allowed key: PyTorch's result there depends on the version and
+                # the backend (NaN before 2.5). Chapter 3's recipe, independent of both: let it
+                # attend to every key (a well-defined softmax, finite gradients), then zero it.
+                empty = ~mask.any(dim=-1, keepdim=True)  # (..., L_q, 1)
+                heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty,
+                                                       dropout_p=p)
+                heads = heads.masked_fill(empty, 0.0)  # (B, h, L_q, d_head)
             weights = None
         # (B, h, L_q, d_head) -> (B, L_q, h, d_head) -> (B, L_q, E)
         concat = heads.transpose(1, 2).reshape(B, L_q, self.embed_dim)

@@ -532,3 +532,28 @@ def test_mhsa_rejects_bad_input():
 def test_top_level_exports():
     assert att.MultiHeadAttention is MultiHeadAttention
     assert att.fuse_heads is fuse_heads and att.to_torch_multihead is to_torch_multihead
+
+
+def test_fused_path_does_not_depend_on_what_pytorch_returns_for_empty_rows(monkeypatch):
+    """Before torch 2.5 the fused kernel gave NaN for a query with no allowed key. Stand in such
+    a kernel (a plain -inf softmax): outputs and gradients must stay finite and equal the
+    weights path, since the layer never hands PyTorch an empty row."""
+    import attention_src.multihead as multihead
+
+    def nan_for_empty_rows(q, k, v, attn_mask=None, dropout_p=0.0):
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v  # NaN where a row is all -inf
+
+    mha = _mha()
+    q, k, v = _inputs()
+    mask = random_mask(7, B, H, L_Q, L_K, p=0.5)
+    mask[1, :, 0] = False  # query 0 of batch 1 sees nothing in any head
+    ref, _ = mha(q, k, v, mask=mask)
+    monkeypatch.setattr(multihead.F, "scaled_dot_product_attention", nan_for_empty_rows)
+    q, v = q.clone().requires_grad_(True), v.clone().requires_grad_(True)
+    out, _ = mha(q, k, v, mask=mask, need_weights=False)
+    torch.testing.assert_close(out, ref, **F64)
+    out.sum().backward()  # a NaN row of weights would reach v.grad = A^T dL/dO (chapter 3)
+    assert torch.isfinite(q.grad).all() and torch.isfinite(v.grad).all()
