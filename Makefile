@@ -63,6 +63,11 @@ nbtest: $(STAMP)
 
 site-test: book
 	$(PY) -m pytest tests -m browser
+	@test -x /usr/bin/chromium || { \
+	    echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	    echo "!!! BROWSER TESTS SKIPPED: /usr/bin/chromium is missing, so the built site was"; \
+	    echo "!!! not opened. Install it (apt-get install chromium); CI fails without it."; \
+	    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
 
 execute: $(STAMP)
 	@for nb in $(NB); do \
