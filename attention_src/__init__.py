@@ -3,13 +3,17 @@
 Every algorithm the chapters teach is defined once here, readable first, and tested against an
 independent reference (PyTorch's own implementations or hand-computed examples).
 
-Modules, one concept each: ``softmax`` (softmax and masks), ``scoring`` (scoring functions),
-``attention`` (scaled dot-product attention), ``kernel_regression``
-(Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head attention),
-``positional`` (sinusoidal encoding, rotary embedding), ``numpy_ref`` (NumPy versions), ``plotting``
-(``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks), ``data`` (generated
-data sets), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops). The last
-three are imported as modules: ``from attention_src import data, seq2seq, training``.
+Modules, one concept each: ``softmax`` (softmax and masks, including ``band_mask``),
+``scoring`` (scoring functions), ``attention`` (scaled dot-product attention),
+``kernel_regression`` (Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head
+attention), ``positional`` (sinusoidal encoding, rotary embedding), ``transformer`` (encoder and
+decoder blocks), ``numpy_ref`` (NumPy versions), ``plotting`` (``show_heatmaps``), ``utils``
+(seeding), ``validation`` (input checks). Imported as modules, for the experiments of one or two
+chapters: ``data`` (generated data sets), ``seq2seq`` (recurrent encoder-decoders),
+``training`` (training loops), ``windowed`` (banded attention that computes only the band,
+chapter 4), ``order_task`` (chapter 4's previous-token experiment), ``head_metrics`` (what
+heads do, chapter 5), ``language_model`` (an attention-only causal Transformer and its head
+scores, chapter 6): ``from attention_src import data, seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
