@@ -100,6 +100,8 @@ def apply_rotary(
         raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must hold integers or real numbers, got {positions.dtype}")
+    if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
+        raise ValueError(f"positions must be finite, got {positions.tolist()}")
     target = tuple(x.shape[:-1])
     shape = tuple(positions.shape)
     fits = 1 <= len(shape) <= len(target) and shape[-1] == target[-1] and all(

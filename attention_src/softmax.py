@@ -157,10 +157,11 @@ def band_mask(length: int, window: int, causal: bool = False) -> torch.Tensor:
         )
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    i = torch.arange(length).unsqueeze(1)  # (L, 1): query positions
-    j = torch.arange(length).unsqueeze(0)  # (1, L): key positions
-    mask = (i - j).abs() < window  # (L, L)
-    return mask & (j <= i) if causal else mask
+    # |i - j| < window  <=>  -(window - 1) <= j - i <= window - 1: a band of diagonals, built
+    # on one boolean (L, L) tensor (no int64 (L, L) temporaries for i - j)
+    upper = 0 if causal else window - 1
+    full = torch.ones(length, length, dtype=torch.bool)
+    return full.triu(-(window - 1)).tril(upper)  # (L, L)
 
 
 def softmax_jacobian(weights: torch.Tensor) -> torch.Tensor:

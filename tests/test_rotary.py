@@ -121,6 +121,10 @@ def test_bad_input_is_named():
         apply_rotary(torch.ones(3, 4, dtype=torch.long), torch.arange(3))
     with pytest.raises(ValueError, match="x must have at least 2 dimensions"):
         apply_rotary(torch.ones(4), torch.arange(1))
+    with pytest.raises(ValueError, match=r"positions must be finite, got \[0.0, nan, 2.0\]"):
+        apply_rotary(x, torch.tensor([0.0, float("nan"), 2.0]))
+    with pytest.raises(ValueError, match="positions must be finite"):
+        apply_rotary(x, torch.tensor([0.0, float("inf"), 2.0]))
     with pytest.raises(ValueError, match="base must be positive and finite, got 0"):
         apply_rotary(x, torch.arange(3), base=0)
     with pytest.raises(TypeError, match="base must be a real number, got str"):
