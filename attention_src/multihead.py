@@ -300,6 +300,11 @@ def fuse_heads(per_head: PerHeadMultiHeadAttention) -> MultiHeadAttention:
     ``(out_features, in_features)``, so head ``i``'s rows ``i*d_head:(i+1)*d_head`` of the fused
     weight are head ``i``'s weight, and likewise for keys, values and biases.
     """
+    if not isinstance(per_head, PerHeadMultiHeadAttention):
+        raise TypeError(
+            "fuse_heads takes a PerHeadMultiHeadAttention (one module per head), got "
+            f"{type(per_head).__name__}"
+        )
     bias = per_head.out_proj.bias is not None
     fused = MultiHeadAttention(per_head.embed_dim, per_head.num_heads, bias=bias,
                                kdim=per_head.kdim, vdim=per_head.vdim, dropout=per_head.dropout)
@@ -324,6 +329,11 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     Remember the mask conventions differ: PyTorch's boolean ``attn_mask`` is ``True`` where
     attention is *blocked*, so pass ``~mask``.
     """
+    if not isinstance(mha, MultiHeadAttention):
+        hint = " (fuse_heads() it first)" if isinstance(mha, PerHeadMultiHeadAttention) else ""
+        raise TypeError(
+            f"to_torch_multihead takes a MultiHeadAttention, got {type(mha).__name__}{hint}"
+        )
     bias = mha.out_proj.bias is not None
     ref = nn.MultiheadAttention(mha.embed_dim, mha.num_heads, bias=bias, kdim=mha.kdim,
                                 vdim=mha.vdim, batch_first=True, dropout=mha.dropout)

@@ -557,3 +557,14 @@ def test_fused_path_does_not_depend_on_what_pytorch_returns_for_empty_rows(monke
     torch.testing.assert_close(out, ref, **F64)
     out.sum().backward()  # a NaN row of weights would reach v.grad = A^T dL/dO (chapter 3)
     assert torch.isfinite(q.grad).all() and torch.isfinite(v.grad).all()
+
+
+def test_conversions_name_the_module_they_need():
+    with pytest.raises(TypeError, match="fuse_heads takes a PerHeadMultiHeadAttention .*got "
+                                        "MultiHeadAttention"):
+        fuse_heads(MultiHeadAttention(6, 3))
+    with pytest.raises(TypeError, match=r"takes a MultiHeadAttention, got "
+                                        r"PerHeadMultiHeadAttention \(fuse_heads\(\) it first\)"):
+        to_torch_multihead(PerHeadMultiHeadAttention(6, 3))
+    with pytest.raises(TypeError, match="takes a MultiHeadAttention, got Linear$"):
+        to_torch_multihead(torch.nn.Linear(6, 6))
