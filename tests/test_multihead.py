@@ -278,14 +278,17 @@ def test_causal_combined_with_padding_equals_torch(pad_shape, need_weights):
         torch.testing.assert_close(w, ref_w, **F64)
 
 
-def test_mhsa_non_causal_equals_mha_with_x_three_times():
+def test_mhsa_non_causal_equals_torch_self_attention():
+    """Independent reference: PyTorch's layer called with x three times, its mask inverted."""
     mhsa = _mhsa()
     x = randn(2, B, L_K, E)
-    mask = _safe_mask(3, B, L_K, L_K)
+    mask = _safe_mask(3, B, L_K, L_K)                       # (B, L, L), True = may attend
     out, w = mhsa(x, mask=mask)
-    out2, w2 = MultiHeadAttention.forward(mhsa, x, x, x, mask=mask)
-    torch.testing.assert_close(out, out2, atol=0, rtol=0)
-    torch.testing.assert_close(w, w2, atol=0, rtol=0)
+    ref = to_torch_multihead(mhsa).eval()
+    torch_mask = (~mask).repeat_interleave(H, dim=0)        # (B*h, L, L), True = blocked
+    ref_out, ref_w = ref(x, x, x, attn_mask=torch_mask, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
 
 
 # --- permutation equivariance --------------------------------------------------------------
@@ -408,6 +411,13 @@ def test_per_head_equals_torch_via_fuse_heads():
     q, k, v = _inputs()
     out, w = per_head(q, k, v)
     ref_out, ref_w = ref(q, k, v, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
+    # a different mask per head, checked against PyTorch's (B*h, L_q, L_k) layout, inverted
+    mask = _safe_mask(6, B, H, L_Q, L_K)                    # (B, h, L_q, L_k)
+    out, w = per_head(q, k, v, mask=mask)
+    ref_out, ref_w = ref(q, k, v, attn_mask=~mask.reshape(B * H, L_Q, L_K),
+                         average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, **F64)
     torch.testing.assert_close(w, ref_w, **F64)
 
