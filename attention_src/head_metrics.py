@@ -16,6 +16,7 @@ Chapter 5 trains a one-layer multi-head attention model and asks what each head 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -167,10 +168,14 @@ class OffsetReader(nn.Module):
                         ("embed_dim", embed_dim), ("num_heads", num_heads),
                         ("num_outputs", num_outputs)):
             check_positive_int(name, v)
+        if (isinstance(position_scale, bool) or not isinstance(position_scale, (int, float))
+                or not math.isfinite(position_scale)):
+            raise ValueError(f"position_scale must be a finite number, got {position_scale!r}")
         self.vocab_size, self.length, self.num_outputs = vocab_size, length, num_outputs
         self.tok = nn.Embedding(vocab_size, embed_dim)
         table = sinusoidal_positional_encoding(length, embed_dim)  # (length, E)
-        self.register_buffer("pos", position_scale * table)
+        # Not persistent: the table is fixed, so a state_dict need not store it.
+        self.register_buffer("pos", position_scale * table, persistent=False)
         self.mha = MultiHeadSelfAttention(embed_dim, num_heads)
         self.read = nn.Linear(embed_dim, num_outputs * vocab_size)
 
@@ -198,17 +203,23 @@ def offset_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
     Args:
         logits: ``(B, n_out, L, V)``.
-        targets: ``(B, n_out, L)`` int64, :data:`~attention_src.data.IGNORE_INDEX` where
-            there is no target.
+        targets: ``(B, n_out, L)`` int64 in ``[0, V)``, or
+            :data:`~attention_src.data.IGNORE_INDEX` where there is no target.
 
     Returns:
         ``(n_out,)`` losses.
     """
     check_tensor("logits", logits, min_rank=4)
-    if logits.dim() != 4 or targets.shape != logits.shape[:3]:
+    if logits.dim() != 4 or getattr(targets, "shape", None) != logits.shape[:3]:
         raise ValueError(f"logits must be (B, n_out, L, V) and targets (B, n_out, L), got "
-                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
+                         f"{tuple(logits.shape)} and {tuple(getattr(targets, 'shape', ()))}")
+    if not isinstance(targets, torch.Tensor) or targets.dtype != torch.long:
+        raise TypeError(f"targets must be an int64 tensor, got {type(targets).__name__} "
+                        f"{getattr(targets, 'dtype', '')}")
     V = logits.shape[-1]
+    valid = (targets >= 0) & (targets < V)
+    if not bool((valid | (targets == IGNORE_INDEX)).all()):
+        raise ValueError(f"targets must lie in [0, {V}) or be IGNORE_INDEX ({IGNORE_INDEX})")
     return torch.stack([
         F.cross_entropy(logits[:, k].reshape(-1, V), targets[:, k].reshape(-1),
                         ignore_index=IGNORE_INDEX)  # (B * L, V) against (B * L,)

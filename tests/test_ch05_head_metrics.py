@@ -27,7 +27,7 @@ from attention_src.head_metrics import (
     preferred_offset,
     train_offset_reader,
 )
-from attention_src.multihead import MultiHeadAttention, PerHeadMultiHeadAttention
+from attention_src.multihead import MultiHeadAttention, PerHeadMultiHeadAttention, fuse_heads
 from attention_src.utils import count_parameters
 from tests.conftest import PROPERTY, TOL, randn, seeds
 
@@ -150,11 +150,14 @@ def test_ablation_equals_zeroing_the_heads_before_w_o(silenced):
         with ablate_heads(m, silenced):
             got = m(x, x, x)[0]
         torch.testing.assert_close(got, _by_hand(m, x, silenced), **F64)
-        fused = MultiHeadAttention(6, 3).double().eval()
+        # The fused module (one projection, then reshape) with the same weights: silencing
+        # the same heads must give the per-head module's ablated output.
+        fused = fuse_heads(m)
         with ablate_heads(fused, silenced):
             got_fused = fused(x, x, x)[0]
-        ref = fused.out_proj(torch.zeros(2, 4, 6, dtype=torch.float64))
+        torch.testing.assert_close(got_fused, _by_hand(m, x, silenced), **F64)
         if silenced == [0, 1, 2]:  # nothing left but W^O's bias
+            ref = m.out_proj(torch.zeros(2, 4, 6, dtype=torch.float64))
             torch.testing.assert_close(got_fused, ref, **F64)
 
 
@@ -231,6 +234,32 @@ def test_offset_losses_match_cross_entropy_on_the_valid_positions():
         torch.testing.assert_close(got[k], ref, **F64)
     with pytest.raises(ValueError, match="targets"):
         offset_losses(logits, targets[:, :1])
+
+
+@pytest.mark.parametrize(
+    ("targets", "error", "match"),
+    [
+        (torch.zeros(3, 2, 6), TypeError, "int64"),
+        (torch.full((3, 2, 6), 5), ValueError, r"\[0, 5\)"),
+        (torch.full((3, 2, 6), -1), ValueError, "IGNORE_INDEX"),
+        ([[0]], ValueError, "targets"),
+    ],
+)
+def test_offset_losses_bad_targets(targets, error, match):
+    with pytest.raises(error, match=match):
+        offset_losses(randn(0, 3, 2, 6, 5), targets)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "2", True])
+def test_reader_bad_position_scale(scale):
+    with pytest.raises(ValueError, match="position_scale must be a finite number"):
+        OffsetReader(5, 8, 8, 2, position_scale=scale)
+
+
+def test_reader_positions_are_fixed_and_not_saved():
+    m = OffsetReader(5, 8, 8, 2, position_scale=3.0)
+    assert "pos" not in m.state_dict()  # a fixed table: rebuilt, not stored
+    assert not any(p is m.pos for p in m.parameters())
 
 
 def test_training_is_reproducible_and_learns():
