@@ -14,6 +14,10 @@ layer 2 that attends to the token *after* an earlier copy of the current token a
   of the query's token.
 * :func:`duplicate_token_score`: a head's mean weight on earlier copies of the query's token.
 * :func:`next_token_losses`: the per-position cross-entropy of next-token prediction.
+* :func:`path_ablated_logits`: the logits when chosen layer-1 heads are removed from only the
+  query, key or value input of layer 2 (which path a head's output acts through).
+* :func:`ov_copying_score`: how much each head's OV circuit raises the logit of the token it
+  attends to (the copying half of the definition of an induction head).
 * :func:`train_language_model`: Adam on fresh batches, recording losses and head scores.
 """
 
@@ -36,6 +40,8 @@ __all__ = [
     "prefix_matching_score",
     "duplicate_token_score",
     "next_token_losses",
+    "path_ablated_logits",
+    "ov_copying_score",
     "train_language_model",
 ]
 
@@ -116,6 +122,8 @@ class AttentionOnlyTransformer(nn.Module):
                 return_weights: bool = False):
         _check_tokens(tokens, self.vocab_size)
         B, L = tokens.shape
+        if L == 0:
+            raise ValueError("tokens must hold at least one position, got L = 0")
         if L > self.max_len:
             raise ValueError(f"sequence length {L} exceeds max_len = {self.max_len}")
         if gates is not None:
@@ -153,6 +161,11 @@ def next_token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
         raise ValueError(
             f"logits (B, L, V) and tokens (B, L) must agree, got {tuple(logits.shape)} and "
             f"{tuple(tokens.shape)}"
+        )
+    if tokens.shape[1] < 2:
+        raise ValueError(
+            f"next-token losses need L >= 2 (one token has no next token), got L = "
+            f"{tokens.shape[1]}"
         )
     pred = logits[:, :-1]  # (B, L - 1, V): predictions for tokens 1 .. L - 1
     return F.cross_entropy(pred.transpose(1, 2), tokens[:, 1:], reduction="none")
@@ -201,7 +214,8 @@ def _match_targets(tokens: torch.Tensor, shift: int) -> torch.Tensor:
     return target & strictly_before  # keys strictly before the query
 
 
-def _match_score(weights: torch.Tensor, tokens: torch.Tensor, shift: int) -> torch.Tensor:
+def _match_score(weights: torch.Tensor, tokens: torch.Tensor, shift: int,
+                 queries: torch.Tensor | None = None) -> torch.Tensor:
     _check_weights(weights)
     _check_tokens(tokens)
     if weights.dim() < 3 or tuple(weights.shape[-3:]) != (*tokens.shape, tokens.shape[1]):
@@ -211,13 +225,23 @@ def _match_score(weights: torch.Tensor, tokens: torch.Tensor, shift: int) -> tor
         )
     targets = _match_targets(tokens, shift)  # (B, L, L)
     has_target = targets.any(dim=-1)  # (B, L): queries that have at least one target
+    if queries is not None:
+        if not isinstance(queries, torch.Tensor) or queries.dtype != torch.bool or (
+                queries.shape != tokens.shape):
+            raise ValueError(
+                f"queries must be a bool tensor shaped like tokens {tuple(tokens.shape)}, got "
+                f"{getattr(queries, 'dtype', type(queries).__name__)} "
+                f"{tuple(getattr(queries, 'shape', ()))}"
+            )
+        has_target = has_target & queries
     if not bool(has_target.any()):
         raise ValueError("no query has an earlier copy of its token: the score is undefined")
     on_targets = (weights * targets.to(weights.dtype)).sum(dim=-1)  # (..., B, L)
     return on_targets[..., has_target].mean(dim=-1)  # (..., n_queries) -> (...)
 
 
-def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor,
+                          queries: torch.Tensor | None = None) -> torch.Tensor:
     """Mean weight each query puts on the keys that follow an earlier copy of its token.
 
     For query ``i`` the targets are the keys ``j < i`` with ``tokens[j - 1] == tokens[i]``:
@@ -229,11 +253,14 @@ def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.
         weights: ``(..., B, L, L)``; as for :func:`previous_token_score`, pass ``(h, B, L, L)``
             for one score per head.
         tokens: ``(B, L)`` int64, the sequences the weights were computed on.
+        queries: optional ``(B, L)`` bool; if given, only the queries marked ``True`` (and
+            having a target) count, e.g. the queries of a planted second copy, to separate
+            them from chance repeats of a token.
 
     Returns:
         ``(...)`` scores in ``[0, 1]``.
     """
-    return _match_score(weights, tokens, shift=1)
+    return _match_score(weights, tokens, shift=1, queries=queries)
 
 
 def duplicate_token_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -252,6 +279,116 @@ def duplicate_token_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.
         ``(...)`` scores in ``[0, 1]``, averaged over the queries with at least one target.
     """
     return _match_score(weights, tokens, shift=0)
+
+def _head_outputs(layer: MultiHeadSelfAttention, x_q: torch.Tensor, x_k: torch.Tensor,
+                  x_v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each head's contribution to the residual stream, ``(B, h, L, E)``: head ``i``'s
+    output times its block of columns of the output projection (bias excluded), with queries,
+    keys and values projected from ``x_q``, ``x_k``, ``x_v`` (each ``(B, L, E)``)."""
+    q = layer._split_heads(layer.q_proj(x_q))  # (B, h, L, d)
+    k = layer._split_heads(layer.k_proj(x_k))  # (B, h, L, d)
+    v = layer._split_heads(layer.v_proj(x_v))  # (B, h, L, d)
+    heads, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, h, L, d)
+    h, d = heads.shape[1], heads.shape[-1]
+    w_o = layer.out_proj.weight.view(-1, h, d)  # (E, h * d) -> (E, h, d): W_o^T by head
+    return torch.einsum("bhld,ehd->bhle", heads, w_o)  # (B, h, L, E)
+
+
+def path_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
+                        heads: list[int] | tuple[int, ...], paths: str) -> torch.Tensor:
+    """Logits with chosen layer-1 heads removed from some inputs of layer 2 only.
+
+    Layer 2 (``model.layers[1]``) reads the residual stream ``x_1 = x_0 + MHSA_1(x_0)`` three
+    times: its queries, keys and values are projections of ``x_1``. This function feeds the
+    inputs named in ``paths`` (any of ``"q"``, ``"k"``, ``"v"``) with ``x_1`` minus the outputs
+    of the layer-1 ``heads`` (each head's output through its columns of the output projection)
+    and leaves everything else intact: the other inputs of layer 2, the residual stream that
+    carries ``x_1`` to the unembedding, and any later layers. If the loss rises only when a
+    head is removed from the queries, the head acts through the queries of layer 2
+    (Q-composition); only from the keys, through the keys (K-composition).
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer` with at least 2 layers.
+        tokens: ``(B, L)`` int64.
+        heads: indices of layer-1 heads, each in ``[0, h)``, no repeats (may be empty).
+        paths: a non-empty string of distinct letters from ``"qkv"``.
+
+    Returns:
+        logits ``(B, L, V)``; with ``heads = []`` they equal ``model(tokens)``.
+    """
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    if model.num_layers < 2:
+        raise ValueError(f"path ablation needs at least 2 layers, got {model.num_layers}")
+    heads = list(heads)
+    for i in heads:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < model.num_heads:
+            raise ValueError(f"heads must be ints in [0, {model.num_heads}), got {heads}")
+    if len(set(heads)) != len(heads):
+        raise ValueError(f"heads must not repeat, got {heads}")
+    if (not isinstance(paths, str) or not paths or set(paths) - set("qkv")
+            or len(set(paths)) != len(paths)):
+        raise ValueError(f"paths must be distinct letters from 'qkv', got {paths!r}")
+    logits_ok = model(tokens)  # validates tokens; (B, L, V)
+    if not heads:
+        return logits_ok
+    B, L = tokens.shape
+    mask = causal_mask(L).to(tokens.device)  # (L, L)
+    x0 = model.embed(tokens) + model.pos_embed(torch.arange(L, device=tokens.device))
+    first = model.layers[0]
+    per_head = _head_outputs(first, x0, x0, x0, mask)  # (B, h, L, E)
+    x1 = x0 + per_head.sum(dim=1) + first.out_proj.bias  # (B, L, E): the intact stream
+    x1_without = x1 - per_head[:, heads].sum(dim=1)  # (B, L, E)
+    inputs = [x1_without if p in paths else x1 for p in "qkv"]
+    second = model.layers[1]
+    x = x1 + _head_outputs(second, *inputs, mask).sum(dim=1) + second.out_proj.bias
+    for layer in model.layers[2:]:
+        out, _ = model._attend(layer, x, mask, None)
+        x = x + out
+    return model.unembed(x)  # (B, L, V)
+
+
+def ov_copying_score(model: AttentionOnlyTransformer, layer: int) -> torch.Tensor:
+    """Eigenvalue positivity of each head's OV circuit from tokens to logits.
+
+    With the book's row vectors, a head that attends to a position holding token ``t`` adds
+    ``e_t W_v^{(i)} W_o^{(i)}`` to the residual stream (``e_t``: row ``t`` of the token
+    embedding; ``W_v^{(i)}``, ``W_o^{(i)}``: the head's blocks of the value and output
+    projections; biases left out) and so ``e_t W_v^{(i)} W_o^{(i)} W_U`` to the logits. The
+    ``(V, V)`` matrix ``M = W_E W_v^{(i)} W_o^{(i)} W_U`` (``W_E``: the ``(V, E)`` embedding)
+    holds, in row ``t``, what attending to ``t`` does to every logit. A head that *copies*
+    raises the logit of the token it attends to; then ``M``'s eigenvalues are mostly positive.
+    The score is ``sum_k Re(lambda_k) / sum_k |lambda_k|`` over ``M``'s eigenvalues: 1 for a
+    pure copier (``M`` a positive multiple of the identity), -1 for a head that suppresses
+    the token it reads, near 0 for a random map. Computed in float64.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer`.
+        layer: index of the layer, ``0 <= layer < num_layers``.
+
+    Returns:
+        ``(h,)`` float64 scores in ``[-1, 1]``.
+    """
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not (
+            0 <= layer < model.num_layers):
+        raise ValueError(f"layer must be an int in [0, {model.num_layers}), got {layer!r}")
+    lay = model.layers[layer]
+    h = model.num_heads
+    d = model.embed_dim // h
+    with torch.no_grad():
+        w_e = model.embed.weight.double()  # (V, E)
+        w_u = model.unembed.weight.double().T  # (E, V)
+        w_v = lay.v_proj.weight.double().T  # (E, E): x W_v, column block i is head i
+        w_o = lay.out_proj.weight.double().T  # (E, E): row block i is head i
+        scores = []
+        for i in range(h):
+            block = slice(i * d, (i + 1) * d)
+            m = w_e @ w_v[:, block] @ w_o[block] @ w_u  # (V, E)(E, d)(d, E)(E, V) = (V, V)
+            eig = torch.linalg.eigvals(m)  # (V,) complex
+            scores.append(eig.real.sum() / eig.abs().sum())
+    return torch.stack(scores)
 
 
 def train_language_model(
@@ -279,6 +416,8 @@ def train_language_model(
         ``{"losses": (steps,) float tensor, "evals": list of (step, dict)}``.
     """
     check_positive_int("steps", steps)
+    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
+        raise ValueError(f"eval_every must be an int >= 0 (0: no evaluation), got {eval_every!r}")
     if eval_every and (eval_tokens is None or on_eval is None):
         raise ValueError("eval_every needs eval_tokens and on_eval")
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -58,6 +58,21 @@ def test_first_start_is_uniform_within_sampling_error():
     assert (counts - expected).abs().max() < 5 * sd
 
 
+def test_second_start_is_uniform_given_the_first_within_sampling_error():
+    # L = 32, s = 8: given a, b is uniform on a + 8 .. 24, that is 17 - a choices
+    n = 60_000
+    batch = data.repeated_segments(n, 32, 32, 8, seed=4)
+    assert bool((batch.second[batch.first == 16] == 24).all())  # one choice left
+    for a in (0, 5, 12, 15):
+        given = batch.second[batch.first == a]
+        choices = 17 - a
+        counts = torch.bincount(given - a - 8, minlength=choices).double()
+        assert counts.numel() == choices  # never outside a + 8 .. 24
+        m, p = given.numel(), 1 / choices
+        sd = (m * p * (1 - p)) ** 0.5  # binomial(m, p) per count; 5 sd is generous
+        assert (counts - m * p).abs().max() < 5 * sd, (a, counts)
+
+
 def test_other_tokens_are_uniform_over_the_vocabulary():
     batch = data.repeated_segments(2000, 32, 8, 4, seed=1)
     counts = torch.bincount(batch.tokens.flatten(), minlength=8).double()
