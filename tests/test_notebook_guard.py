@@ -127,6 +127,17 @@ def test_a_page_that_cites_the_source_notes_links_to_their_description():
     assert not unlinked, f"pages that cite a source note but never link to source_notes: {unlinked}"
 
 
+def test_note_links_use_the_labels():
+    """``source_notes.md#note-004`` does not resolve in MyST (it anchors only headings that way,
+    and only with myst_heading_anchors); the working form is the label, ``(#note-004)``."""
+    broken = []
+    for page in toc_entries():
+        text = page.read_text()
+        if re.search(r"source_notes\.md#", text):
+            broken.append(str(page.relative_to(ROOT)))
+    assert not broken, f"write [note 004](#note-004), not source_notes.md#note-004, in: {broken}"
+
+
 #: A printed float whose exponent is -13 or below is float64 rounding noise: its digits change
 #: with the CPU's vector instructions (seen: 4.4e-16 on AVX-512, 8.9e-16 on AVX2 for one cell),
 #: so a stored output that shows one is not reproducible. Print the asserted bound instead.
