@@ -13,7 +13,8 @@ chapters: ``data`` (generated data sets), ``seq2seq`` (recurrent encoder-decoder
 ``training`` (training loops), ``windowed`` (banded attention that computes only the band,
 chapter 4), ``order_task`` (chapter 4's previous-token experiment), ``head_metrics`` (what
 heads do, chapter 5), ``language_model`` (an attention-only causal Transformer and its head
-scores, chapter 6): ``from attention_src import data, seq2seq, training``.
+scores, chapter 6), ``compare`` (self-attention, recurrent and convolutional layers, their
+FLOPs and path lengths, chapter 7): ``from attention_src import data, seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
