@@ -2,9 +2,13 @@
 
 Run by ``make site-test`` after ``make book``. Every page of the table of contents is opened
 from disk (``file://``), as a reader opens a local build offline; any request that would leave
-the machine is blocked and recorded. A page passes when it made no such request, typeset all
-its formulas with the vendored MathJax (no ``\\(`` left in the text, no MathJax error), and
-rendered its figures.
+the machine is blocked and recorded. A page passes when it made no such request, logged no
+console error, typeset all its formulas with the vendored MathJax (no ``\\(`` left in the
+text, no MathJax error), rendered its figures, and gave each figure a real alt text. A
+full-page screenshot of each page is kept under ``_build/screenshots/``. Further checks: the
+search page finds "softmax" in chapters 2 and 3, the dark-mode switch changes the theme, each
+chapter's download button offers its notebook, and every internal link and anchor of the built
+site resolves.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tests.toc import ROOT, toc_entries
 pytestmark = pytest.mark.browser
 
 SITE = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -50,10 +55,17 @@ def browser():
         b.close()
 
 
-def _open_offline(browser, url: str):
-    """Open ``url`` with every non-file request blocked; return (page, blocked URLs)."""
+def _open_offline(browser, url: str, errors: list[str] | None = None):
+    """Open ``url`` with every non-file request blocked; return (page, blocked URLs).
+
+    Console errors and uncaught page errors are appended to ``errors`` when it is given.
+    """
     page = browser.new_page()
     blocked: list[str] = []
+    if errors is not None:
+        page.on("console",
+                lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
 
     def gate(route):
         if route.request.url.startswith(("file://", "data:", "blob:")):
@@ -71,7 +83,8 @@ def _open_offline(browser, url: str):
 def test_page_is_self_contained_and_typeset(browser, rel):
     path = SITE / rel
     assert path.exists(), f"{rel} was not built"
-    page, blocked = _open_offline(browser, path.as_uri())
+    errors: list[str] = []
+    page, blocked = _open_offline(browser, path.as_uri(), errors)
     try:
         has_math = page.locator(".math").count() > 0
         if has_math:
@@ -90,10 +103,19 @@ def test_page_is_self_contained_and_typeset(browser, rel):
             ".map(i => i.src)"
         )
         assert not broken, f"images that did not load: {broken}"
+        no_alt = page.evaluate(
+            """() => Array.from(document.querySelectorAll('article img'))
+                 .filter(i => { const a = (i.getAttribute('alt') || '').trim();
+                                return a.length < 20 || /\\.(png|svg|jpe?g)$/i.test(a); })
+                 .map(i => i.getAttribute('src'))"""
+        )
+        assert not no_alt, f"{rel}: figures without a real alt text: {no_alt}"
         assert not blocked, f"{rel} tried to reach the network: {blocked}"
-        shots = ROOT / "_build" / "screenshots"
-        shots.mkdir(exist_ok=True)
-        page.screenshot(path=str(shots / f"{rel.stem}.png"), full_page=False)
+        assert not errors, f"{rel}: console errors: {errors}"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shot = SCREENSHOTS / f"{rel.parent.name}_{rel.stem}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000, f"{shot} looks empty"
     finally:
         page.close()
 
@@ -141,3 +163,129 @@ def test_code_is_not_cut_and_a_log_is_one_block(browser, rel):
         assert pieces == 0, f"{rel}: {pieces} cells print their output as several blocks"
     finally:
         page.close()
+
+
+CHAPTER_PAGES = [p for p in NOTEBOOK_PAGES if p.parent.name == "book"]
+
+
+def test_search_finds_softmax_in_chapters_2_and_3(browser):
+    """The site's own search (searchindex.js, offline) lists chapters 2 and 3 for "softmax"."""
+    page, _ = _open_offline(browser, (SITE / "search.html").as_uri() + "?q=softmax")
+    try:
+        page.wait_for_function(
+            "() => document.querySelectorAll('#search-results ul.search li a').length > 0",
+            timeout=20_000,
+        )
+        hrefs = page.evaluate(
+            "() => Array.from(document.querySelectorAll('#search-results ul.search li a'))"
+            ".map(a => a.getAttribute('href'))"
+        )
+    finally:
+        page.close()
+    for chapter in ("02_scoring_functions", "03_scaled_dot_product"):
+        assert any(chapter in h for h in hrefs), f"no search result links {chapter}: {hrefs}"
+    for href in hrefs:  # every result opens a page that exists
+        target = (SITE / href.split("?")[0].split("#")[0]).resolve()
+        assert target.is_file(), f"search result {href} points to a missing page"
+
+
+def test_dark_mode_switch_changes_the_theme(browser):
+    """The theme switch in the header moves the page from light to dark colours."""
+    page, _ = _open_offline(browser, (SITE / "book" / "notation.html").as_uri())
+    try:
+        def state():
+            return page.evaluate(
+                "() => [document.documentElement.dataset.theme,"
+                " getComputedStyle(document.body).backgroundColor]"
+            )
+
+        page.evaluate("() => document.documentElement.dataset.theme = 'light'")
+        theme, light_bg = state()
+        assert theme == "light"
+        seen = set()
+        for _ in range(3):  # the switch cycles through its modes; one of them is dark
+            page.locator("button.theme-switch-button").first.click()
+            theme, background = state()
+            seen.add(theme)
+            if theme == "dark":
+                break
+        assert theme == "dark", f"the switch never selected the dark theme (saw {seen})"
+        assert background != light_bg, f"dark theme kept the light background {background}"
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES, ids=lambda p: p.name)
+def test_download_button_offers_the_notebook(browser, rel):
+    """Each chapter's download menu links its .ipynb, and that file is the stored notebook."""
+    page, _ = _open_offline(browser, (SITE / rel).as_uri())
+    try:
+        page.locator(".dropdown-download-buttons button").first.click()
+        link = page.locator(".dropdown-download-buttons a[href$='.ipynb']").first
+        assert link.is_visible(), f"{rel}: no visible .ipynb entry in the download menu"
+        href = link.get_attribute("href")
+    finally:
+        page.close()
+    served = ((SITE / rel).parent / href).resolve()
+    source = ROOT / rel.with_suffix(".ipynb")
+    assert served.name == source.name, f"{rel}: download offers {served.name}"
+    assert served.read_bytes() == source.read_bytes(), f"{served} differs from {source}"
+
+
+def _links_and_anchors(html_file: Path) -> tuple[set[str], list[str]]:
+    """The ids a page defines and the href/src values it uses."""
+    from html.parser import HTMLParser
+
+    ids: set[str] = set()
+    refs: list[str] = []
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if a.get("id"):
+                ids.add(a["id"])
+            if tag == "a" and a.get("name"):
+                ids.add(a["name"])
+            for key in ("href", "src"):
+                if a.get(key) and not (tag == "link" and a.get("rel") == "preload"):
+                    refs.append(a[key])
+
+    Parser().feed(html_file.read_text(encoding="utf-8"))
+    return ids, refs
+
+
+def test_every_internal_link_resolves():
+    """A link checker over _build/html: every relative href/src names a file that was built,
+    and every #anchor exists on the page it points to. External links are listed, not
+    followed (there is no network), and must be https."""
+    from urllib.parse import unquote, urlsplit
+
+    if not (SITE / "index.html").exists():
+        pytest.fail("no built site: run make book") if os.environ.get("CI") else pytest.skip(
+            "no built site")
+    # the built pages (_static holds the theme's HTML templates, not pages)
+    pages = sorted(p for p in SITE.rglob("*.html") if "_static" not in p.relative_to(SITE).parts)
+    anchors = {p.resolve(): _links_and_anchors(p)[0] for p in pages}
+    broken: list[str] = []
+    checked = 0
+    for page in pages:
+        for ref in _links_and_anchors(page)[1]:
+            parts = urlsplit(ref)
+            if parts.scheme in ("http", "https", "mailto", "data", "javascript"):
+                if parts.scheme == "http":
+                    broken.append(f"{page.relative_to(SITE)}: insecure link {ref}")
+                continue
+            checked += 1
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            if not target.exists():
+                broken.append(f"{page.relative_to(SITE)}: {ref} (no such file)")
+                continue
+            if target.is_dir():
+                target = target / "index.html"
+            if parts.fragment and target.suffix == ".html":
+                if target not in anchors:
+                    anchors[target] = _links_and_anchors(target)[0]
+                if unquote(parts.fragment) not in anchors[target]:
+                    broken.append(f"{page.relative_to(SITE)}: {ref} (no such anchor)")
+    assert checked > 500, f"only {checked} internal links checked: is the site built?"
+    assert not broken, "broken links:\n" + "\n".join(broken[:50])

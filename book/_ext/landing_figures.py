@@ -1,0 +1,61 @@
+"""Sphinx extension: the landing page's chapter map shows one figure from each chapter.
+
+The figure is not a copy kept by hand: each chapter notebook tags one code cell
+``landing-figure``, and at the start of every build this extension writes the first PNG that
+cell stores to ``book/_landing/<notebook stem>.png``, where the landing page
+(``book/intro.md``) picks it up. Since strict nbval proves each stored output equal to a fresh
+run, the map always shows what the chapter computes today. A chapter notebook without exactly
+one tagged cell holding a PNG is a build warning, which the ``-W`` build turns into an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+TAG = "landing-figure"
+OUT_DIR = Path("book") / "_landing"
+logger = logging.getLogger(__name__)
+
+
+def tagged_png(notebook: Path) -> bytes | None:
+    """The first PNG stored by the notebook's one cell tagged ``landing-figure``, or None."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    tagged = [c for c in cells if TAG in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1:
+        logger.warning("%s: %d cells tagged %r, expected exactly one", notebook.name,
+                       len(tagged), TAG)
+        return None
+    for output in tagged[0].get("outputs", []):
+        png = output.get("data", {}).get("image/png")
+        if png:
+            return base64.b64decode("".join(png) if isinstance(png, list) else png)
+    logger.warning("%s: the cell tagged %r stores no PNG", notebook.name, TAG)
+    return None
+
+
+def chapter_notebooks(srcdir: Path) -> list[Path]:
+    """Chapter notebooks: ``book/NN_*.ipynb`` (solutions live in ``book/solutions``)."""
+    return sorted((srcdir / "book").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _write_figures(app: Sphinx) -> None:
+    srcdir = Path(app.srcdir)
+    out = srcdir / OUT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for notebook in chapter_notebooks(srcdir):
+        png = tagged_png(notebook)
+        if png is None:
+            continue
+        target = out / f"{notebook.stem}.png"
+        if not target.exists() or target.read_bytes() != png:
+            target.write_bytes(png)
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("builder-inited", _write_figures)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
