@@ -1,11 +1,12 @@
-"""Sphinx extension: the landing page's chapter map shows one figure from each chapter.
+"""Sphinx extension: the landing page shows one figure from each chapter.
 
-The figure is not a copy kept by hand: each chapter notebook tags one code cell
-``landing-figure``, and at the start of every build this extension writes the first PNG that
-cell stores to ``book/_landing/<notebook stem>.png``, where the landing page
-(``book/intro.md``) picks it up. Since strict nbval proves each stored output equal to a fresh
-run, the map always shows what the chapter computes today. A chapter notebook without exactly
-one tagged cell holding a PNG is a build warning, which the ``-W`` build turns into an error.
+The figure is not a copy kept by hand: each chapter notebook tags one code
+cell ``landing-figure``, and at the start of every build this extension writes
+the first PNG that cell stores to ``book/_landing/<notebook stem>.png``, where
+the landing page (``book/intro.md``) picks it up. Strict nbval proves every
+stored output equal to a fresh run, so the map shows what the chapter computes
+today. A chapter notebook without exactly one tagged cell holding a PNG is a
+build warning, which the ``-W`` build turns into an error.
 """
 
 from __future__ import annotations
@@ -23,23 +24,26 @@ logger = logging.getLogger(__name__)
 
 
 def tagged_png(notebook: Path) -> bytes | None:
-    """The first PNG stored by the notebook's one cell tagged ``landing-figure``, or None."""
+    """The first PNG stored by the notebook's one cell tagged
+    ``landing-figure``, or None (with a warning)."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    tagged = [c for c in cells if TAG in c.get("metadata", {}).get("tags", [])]
+    tagged = [c for c in cells
+              if TAG in c.get("metadata", {}).get("tags", [])]
     if len(tagged) != 1:
-        logger.warning("%s: %d cells tagged %r, expected exactly one", notebook.name,
-                       len(tagged), TAG)
+        logger.warning("%s: %d cells tagged %r, expected exactly one",
+                       notebook.name, len(tagged), TAG)
         return None
     for output in tagged[0].get("outputs", []):
         png = output.get("data", {}).get("image/png")
         if png:
-            return base64.b64decode("".join(png) if isinstance(png, list) else png)
+            text = "".join(png) if isinstance(png, list) else png
+            return base64.b64decode(text)
     logger.warning("%s: the cell tagged %r stores no PNG", notebook.name, TAG)
     return None
 
 
 def chapter_notebooks(srcdir: Path) -> list[Path]:
-    """Chapter notebooks: ``book/NN_*.ipynb`` (solutions live in ``book/solutions``)."""
+    """Chapter notebooks: ``book/NN_*.ipynb`` (solutions are elsewhere)."""
     return sorted((srcdir / "book").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -58,4 +62,5 @@ def _write_figures(app: Sphinx) -> None:
 
 def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", _write_figures)
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "1.0", "parallel_read_safe": True,
+            "parallel_write_safe": True}

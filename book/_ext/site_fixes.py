@@ -1,12 +1,14 @@
-"""Sphinx extension: two fixes for console errors the browser tests found on every page.
+"""Sphinx extension: fixes for two console errors the browser tests found.
 
-* ``sphinx_thebe`` (always loaded by Jupyter Book 1, even with thebe off) registers its inline
-  configuration script twice, so every page declared ``const THEBE_JS_URL`` twice: "Identifier
-  'THEBE_JS_URL' has already been declared". Each page now gets each script once.
-* The theme's colour mode defaults to the empty string, which its script rejects with "Got
-  invalid theme mode: . Resetting to auto." The default is now ``auto`` (follow the reader's
-  system setting), which is what the script fell back to anyway. This theme version reads it
-  from ``html_context["default_mode"]``, which is merged, not replaced.
+* ``sphinx_thebe`` (always loaded by Jupyter Book 1, even with thebe off)
+  registers its inline configuration script twice, so every page declared
+  ``const THEBE_JS_URL`` twice: "Identifier 'THEBE_JS_URL' has already been
+  declared". Each page now gets each script once.
+* The theme's colour mode defaulted to the empty string, which its script
+  rejects: "Got invalid theme mode: . Resetting to auto." The default is now
+  ``auto`` (follow the reader's system setting), what the script fell back to
+  anyway. This theme version reads it from ``html_context["default_mode"]``,
+  which is merged, not replaced.
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ def _default_mode(app: Sphinx, config: Config) -> None:
 
 
 def _script_key(script) -> tuple:
-    """What the page renders for a script: its file and attributes (inline body included).
-    An inline script's file is ``None`` or ``""`` depending on who added it (the two copies
-    differ only in that), and both render the same tag."""
+    """What the page renders for a script: its file and attributes (an inline
+    script's body is an attribute). An inline script's file is ``None`` or
+    ``""`` depending on who added it (the two copies differ only in that), and
+    both render the same tag."""
     attributes = getattr(script, "attributes", {}) or {}
-    return (getattr(script, "filename", str(script)) or "",
-            tuple(sorted((k, str(v)) for k, v in attributes.items())))
+    filename = getattr(script, "filename", str(script)) or ""
+    return filename, tuple(sorted((k, str(v)) for k, v in attributes.items()))
 
 
-def _unique_scripts(app: Sphinx, pagename: str, templatename: str, context: dict,
-                    doctree) -> None:
+def _unique_scripts(app: Sphinx, pagename: str, templatename: str,
+                    context: dict, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
         return
@@ -47,6 +50,7 @@ def _unique_scripts(app: Sphinx, pagename: str, templatename: str, context: dict
 
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", _default_mode, priority=900)
-    # early: html-page-context stops at the first handler that returns a template name
+    # early: html-page-context stops at the first handler returning a template
     app.connect("html-page-context", _unique_scripts, priority=100)
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "1.0", "parallel_read_safe": True,
+            "parallel_write_safe": True}
