@@ -1,17 +1,49 @@
-"""Plotting: the one heatmap helper every chapter uses for attention weights."""
+"""Plotting: the book's figure style and the one heatmap helper every chapter uses.
+
+Importing ``attention_src`` applies :data:`BOOK_STYLE` to matplotlib: lines and bars cycle
+through the Okabe-Ito palette (distinguishable with every common colour-vision deficiency),
+and images default to viridis (perceptually uniform, readable in greyscale). A chapter that
+names a colour takes it from :data:`OKABE_ITO`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from cycler import cycler
 
-__all__ = ["show_heatmaps", "DEFAULT_CMAP"]
+__all__ = ["show_heatmaps", "DEFAULT_CMAP", "OKABE_ITO", "BOOK_STYLE", "apply_book_style"]
 
 #: Perceptually uniform and readable with colour-vision deficiencies (and in greyscale).
 DEFAULT_CMAP = "viridis"
+
+#: Okabe & Ito's colour-blind-safe palette (https://jfly.uni-koeln.de/color/), in the order
+#: the book cycles through it (black last: it is kept for reference lines).
+OKABE_ITO = {
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "green": "#009E73",
+    "orange": "#E69F00",
+    "purple": "#CC79A7",
+    "sky": "#56B4E9",
+    "yellow": "#F0E442",
+    "black": "#000000",
+}
+
+#: The matplotlib settings every figure of the book uses.
+BOOK_STYLE = {
+    "axes.prop_cycle": cycler(color=list(OKABE_ITO.values())),
+    "image.cmap": DEFAULT_CMAP,
+}
+
+
+def apply_book_style() -> None:
+    """Apply :data:`BOOK_STYLE` to matplotlib's global settings (done on import)."""
+    mpl.rcParams.update(BOOK_STYLE)
 
 
 def _as_grid(matrices) -> np.ndarray:
