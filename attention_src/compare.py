@@ -10,9 +10,11 @@ Five sequence layers share one interface, ``layer(x) -> y`` with ``x`` and ``y``
 * :class:`RecurrentLayer`: ``h_t = tanh(x_t W_x + h_{t-1} W_h + b)``, a loop over positions;
 * :class:`ConvLayer`: a causal 1-D convolution with kernel ``k`` and optional dilation.
 
-All layers look only backwards (position ``i`` uses inputs ``<= i``), the recurrent layer's
-only direction; the path-length measurement therefore asks when output ``n - 1`` first depends
-on input ``0``.
+Four of the five are causal (output ``i`` uses inputs ``<= i``): the recurrent layer, whose
+only direction this is, the convolutions and restricted self-attention. Self-attention has no
+mask and connects every pair of positions both ways. In a causal stack output ``0`` never
+depends on input ``n - 1``, so the path-length measurement asks when output ``n - 1`` first
+depends on input ``0``, the one direction in which all five connect.
 
 Counters: :func:`analytic_flops` gives the floating-point operations of one forward pass by
 formula, split into ``"mixing"`` (the part that combines positions: score and weighted-sum
@@ -23,6 +25,10 @@ with that counter. :func:`path_length` stacks layers until a gradient says the l
 depends on the first input; :func:`longest_matmul_chain` measures the number of sequential
 matrix products on the way; :func:`gradient_by_distance` gives ``|d y_{n-1} / d x_j|`` for
 every ``j``.
+
+For note 004 (section 6), :class:`PixelClassifier` classifies 8x8 images with the pixels as
+tokens and one mixing layer (self-attention or a 3x3 convolution), both given the same learned
+position embedding; :func:`train_pixel_classifier` trains it with Adam.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ __all__ = [
     "longest_matmul_chain",
     "gradient_by_distance",
     "KINDS",
+    "PixelClassifier",
+    "train_pixel_classifier",
 ]
 
 KINDS = ("self-attention", "recurrent", "convolution", "dilated convolution", "restricted")
@@ -142,6 +150,10 @@ class RecurrentLayer(nn.Module):
     def __init__(self, d: int, gain: float = 0.9) -> None:
         super().__init__()
         _check_int("d", d, 1)
+        if isinstance(gain, bool) or not isinstance(gain, (int, float)):
+            raise TypeError(f"gain must be a float, got {type(gain).__name__}")
+        if not (math.isfinite(gain) and gain > 0):
+            raise ValueError(f"gain must be positive and finite, got {gain}")
         self.d = d
         self.x_proj = nn.Linear(d, d)
         self.h_proj = nn.Linear(d, d, bias=False)
@@ -300,8 +312,14 @@ def gradient_by_distance(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``|d y_{n-1} / d x_j|`` (Frobenius norm of the ``(d, d)`` Jacobian block) for every
     input position ``j``, averaged over the batch.
 
-    ``x``: ``(B, n, d)``; returns ``(n,)``, entry ``j`` at distance ``n - 1 - j``.
+    ``x``: ``(B, n, d)``, ``d`` the layer's width; returns ``(n,)``, entry ``j`` at distance
+    ``n - 1 - j``: the mean over the ``B`` sequences of each sequence's norm.
     """
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError("x must be a tensor of shape (B, n, d)")
+    if x.shape[1] < 1 or x.shape[0] < 1:
+        raise ValueError(f"x must hold at least one sequence and position, got {tuple(x.shape)}")
+    _check_input(x, getattr(layer, "d", x.shape[-1]))
     x = x.detach().clone().requires_grad_(True)
     y_last = layer(x)[:, -1]  # (B, d)
     rows = []
@@ -310,3 +328,79 @@ def gradient_by_distance(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         rows.append(g)
     jac = torch.stack(rows, dim=-1)  # (B, n, d, d)
     return jac.pow(2).sum((-2, -1)).sqrt().mean(0)  # (n,)
+
+
+class PixelClassifier(nn.Module):
+    """An 8x8 image classifier with the pixels as tokens and one layer that mixes them.
+
+    Each pixel's intensity goes through a linear map to ``d`` features, plus a learned position
+    embedding ``(64, d)``; then one mixing layer, a ReLU, the mean over the 64 pixels and a
+    linear map to 10 classes. ``mixer="attention"``: one self-attention layer
+    (:class:`attention_src.SelfAttention`), whose weights depend on the image;
+    ``mixer="convolution"``: one 3x3 convolution, ``d`` channels in and out, zero padding,
+    whose weights depend only on the offset. Both get the same position information
+    (``position=False`` removes it: the embedding is zero and frozen).
+
+    ``img``: ``(B, 8, 8)`` -> logits ``(B, 10)`` and the attention weights ``(B, 64, 64)``
+    (``None`` for the convolution).
+    """
+
+    MIXERS = ("attention", "convolution")
+
+    def __init__(self, mixer: str, d: int = 16, position: bool = True) -> None:
+        super().__init__()
+        if mixer not in self.MIXERS:
+            raise ValueError(f"mixer must be one of {self.MIXERS}, got {mixer!r}")
+        _check_int("d", d, 1)
+        from attention_src.multihead import SelfAttention  # no import cycle at load time
+
+        self.mixer, self.d = mixer, d
+        self.embed = nn.Linear(1, d)  # intensity -> d features
+        self.pos = nn.Parameter(0.5 * torch.randn(64, d))  # (64, d), one row per pixel
+        if not position:  # ablation: no position information at all
+            self.pos.data.zero_()
+            self.pos.requires_grad_(False)
+        if mixer == "attention":
+            self.attn = SelfAttention(d, d, d)
+        else:
+            self.conv = nn.Conv2d(d, d, 3, padding=1)
+        self.out = nn.Linear(d, 10)
+
+    def forward(self, img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not isinstance(img, torch.Tensor) or img.dim() != 3 or img.shape[1:] != (8, 8):
+            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
+            raise ValueError(f"img must have shape (B, 8, 8), got {shape}")
+        x = self.embed(img.reshape(-1, 64, 1)) + self.pos  # (B, 64, d)
+        if self.mixer == "attention":
+            o, w = self.attn(x)  # (B, 64, d), weights (B, 64, 64)
+        else:
+            grid = x.transpose(1, 2).reshape(-1, self.d, 8, 8)  # (B, d, 8, 8)
+            o = self.conv(grid).reshape(-1, self.d, 64).transpose(1, 2)  # (B, 64, d)
+            w = None
+        return self.out(torch.relu(o).mean(1)), w
+
+
+def train_pixel_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                           train_idx: torch.Tensor, seed: int, steps: int = 300,
+                           batch: int = 128, lr: float = 1e-2) -> list[float]:
+    """Train ``model`` with Adam on batches of ``batch`` images drawn (with replacement, from a
+    generator seeded with ``seed``) from ``train_idx``; returns the loss of every step.
+
+    ``images``: ``(N, 8, 8)``; ``labels``: ``(N,)`` integers in 0..9; ``train_idx``: ``(N_train,)``.
+    """
+    _check_int("steps", steps, 1)
+    _check_int("batch", batch, 1)
+    if images.dim() != 3 or labels.shape != images.shape[:1]:
+        raise ValueError(f"images (N, 8, 8) and labels (N,) expected, got "
+                         f"{tuple(images.shape)} and {tuple(labels.shape)}")
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        idx = train_idx[torch.randint(len(train_idx), (batch,), generator=gen)]  # (batch,)
+        loss = F.cross_entropy(model(images[idx])[0], labels[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses

@@ -148,3 +148,128 @@ def test_bad_input():
         C.make_stack("lstm", 2, 4)
     with pytest.raises(TypeError, match="no formula"):
         C.analytic_flops(torch.nn.Linear(2, 2), 3)
+
+
+@pytest.mark.parametrize("kind", ["recurrent", "self-attention"])
+def test_gradient_by_distance_averages_per_sample_norms(kind):
+    # independent reference: one Jacobian per sequence, its (d, d) blocks' norms, then the mean
+    torch.manual_seed(5)
+    layer = (C.RecurrentLayer(3, gain=0.5) if kind == "recurrent"
+             else C.SelfAttentionLayer(3)).double()
+    x = _x(4, 6, 3, seed=1) * torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=DT).view(4, 1, 1)
+    norms = []
+    for b in range(4):
+        jac = torch.autograd.functional.jacobian(
+            lambda z: layer(z.unsqueeze(0))[0, -1], x[b])  # (d, n, d)
+        norms.append(jac.pow(2).sum((0, 2)).sqrt())  # (n,)
+    ref = torch.stack(norms).mean(0)  # (n,)
+    assert torch.allclose(C.gradient_by_distance(layer, x), ref, atol=1e-12)
+
+
+def test_recurrent_gain_sets_the_spectral_norm():
+    torch.manual_seed(6)
+    for gain in (0.5, 1.3):
+        layer = C.RecurrentLayer(5, gain=gain)
+        norm = float(torch.linalg.matrix_norm(layer.h_proj.weight.detach(), ord=2))
+        assert abs(norm - gain) < 1e-5
+
+
+@pytest.mark.parametrize("gain", [-0.5, 0.0, float("nan"), float("inf")])
+def test_recurrent_gain_must_be_positive_and_finite(gain):
+    with pytest.raises(ValueError, match="gain must be positive and finite"):
+        C.RecurrentLayer(4, gain=gain)
+
+
+def test_recurrent_gain_type():
+    with pytest.raises(TypeError, match="gain must be a float"):
+        C.RecurrentLayer(4, gain="0.5")
+
+
+def test_gradient_by_distance_bad_input():
+    layer = C.RecurrentLayer(3)
+    with pytest.raises(ValueError, match=r"shape \(B, n, d\)"):
+        C.gradient_by_distance(layer, torch.randn(6, 3))
+    with pytest.raises(ValueError, match="expects d = 3"):
+        C.gradient_by_distance(layer, torch.randn(1, 6, 4))
+    with pytest.raises(ValueError, match="at least one sequence"):
+        C.gradient_by_distance(layer, torch.randn(0, 6, 3))
+
+
+def test_direction_self_attention_both_ways_causal_layers_backwards_only():
+    x = _x(1, 10, 4)
+    torch.manual_seed(7)
+    sa = C.SelfAttentionLayer(4).double()
+    xs = x.clone().requires_grad_(True)
+    sa(xs)[:, 0].sum().backward()  # output 0 against the last input
+    assert bool((xs.grad[:, -1] != 0).any())
+    for kind in ("convolution", "restricted", "recurrent", "dilated convolution"):
+        stack = C.make_stack(kind, 12, 4).double()
+        xs = x.clone().requires_grad_(True)
+        stack(xs)[:, 0].sum().backward()
+        assert bool((xs.grad[:, 1:] == 0).all()), kind  # output 0 sees input 0 only
+
+
+@pytest.mark.parametrize("mixer", ["attention", "convolution"])
+def test_pixel_classifier_shapes_and_training(mixer):
+    torch.manual_seed(8)
+    model = C.PixelClassifier(mixer, d=4)
+    img = torch.rand(5, 8, 8)
+    logits, w = model(img)
+    assert logits.shape == (5, 10)
+    if mixer == "attention":
+        assert w.shape == (5, 64, 64)
+        assert torch.allclose(w.sum(-1), torch.ones(5, 64), atol=1e-6)
+    else:
+        assert w is None
+    labels = torch.arange(5)
+    losses = C.train_pixel_classifier(model, img, labels, torch.arange(5), seed=0, steps=30,
+                                      batch=5)
+    assert len(losses) == 30 and losses[-1] < losses[0]
+
+
+def test_pixel_classifier_convolution_is_a_3x3_window():
+    # changing a pixel changes the convolution's output only within one pixel of it
+    torch.manual_seed(9)
+    model = C.PixelClassifier("convolution", d=3)
+    img = torch.rand(1, 8, 8)
+    x = model.embed(img.reshape(1, 64, 1)) + model.pos
+    grid = x.transpose(1, 2).reshape(1, 3, 8, 8)
+    base = model.conv(grid)
+    grid2 = grid.clone()
+    grid2[..., 0, 0] += 1.0
+    changed = (model.conv(grid2) - base).abs().sum(1)[0] > 0  # (8, 8)
+    expect = torch.zeros(8, 8, dtype=torch.bool)
+    expect[:2, :2] = True
+    assert torch.equal(changed, expect)
+
+
+def test_pixel_classifier_without_position():
+    model = C.PixelClassifier("attention", d=4, position=False)
+    assert not model.pos.requires_grad and bool((model.pos == 0).all())
+    assert model.pos.shape == (64, 4)
+
+
+def test_pixel_classifier_bad_input():
+    with pytest.raises(ValueError, match="mixer must be one of"):
+        C.PixelClassifier("lstm")
+    with pytest.raises(ValueError, match=r"shape \(B, 8, 8\), got \(2, 64\)"):
+        C.PixelClassifier("attention", d=4)(torch.rand(2, 64))
+    with pytest.raises(ValueError, match="labels"):
+        C.train_pixel_classifier(C.PixelClassifier("convolution", d=2), torch.rand(3, 8, 8),
+                                 torch.arange(4), torch.arange(3), seed=0)
+
+
+def test_pixel_classifier_position_breaks_permutation_invariance():
+    # without positions, self-attention cannot see where a pixel is: shuffling the pixels
+    # shuffles the rows and columns of the weights and leaves the pooled logits unchanged
+    torch.manual_seed(10)
+    img = torch.rand(2, 8, 8)
+    perm = torch.randperm(64, generator=torch.Generator().manual_seed(0))
+    shuffled = img.reshape(2, 64)[:, perm].reshape(2, 8, 8)
+    plain = C.PixelClassifier("attention", d=4, position=False)
+    (logits, w), (logits_s, w_s) = plain(img), plain(shuffled)
+    assert torch.allclose(logits, logits_s, atol=1e-5)
+    assert torch.allclose(w[:, perm][:, :, perm], w_s, atol=1e-6)
+    placed = C.PixelClassifier("attention", d=4)
+    w, w_s = placed(img)[1], placed(shuffled)[1]
+    assert (w[:, perm][:, :, perm] - w_s).abs().max() > 1e-2
