@@ -7,17 +7,35 @@ Modules, one concept each: ``softmax`` (softmax and masks, including ``band_mask
 ``scoring`` (scoring functions), ``attention`` (scaled dot-product attention),
 ``kernel_regression`` (Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head
 attention), ``positional`` (sinusoidal encoding, rotary embedding), ``transformer`` (encoder and
-decoder blocks), ``numpy_ref`` (NumPy versions), ``plotting`` (``show_heatmaps``), ``utils``
+decoder blocks), ``efficient`` (online softmax, blockwise and grouped-query attention, the KV
+cache, chapter 9), ``numpy_ref`` (NumPy versions), ``plotting`` (``show_heatmaps``), ``utils``
 (seeding), ``validation`` (input checks). Imported as modules, for the experiments of one or two
 chapters: ``data`` (generated data sets), ``seq2seq`` (recurrent encoder-decoders),
 ``training`` (training loops), ``windowed`` (banded attention that computes only the band,
 chapter 4), ``order_task`` (chapter 4's previous-token experiment), ``head_metrics`` (what
 heads do, chapter 5), ``language_model`` (an attention-only causal Transformer and its head
 scores, chapter 6), ``compare`` (self-attention, recurrent and convolutional layers, their
-FLOPs and path lengths, chapter 7): ``from attention_src import data, seq2seq, training``.
+FLOPs and path lengths, chapter 7), ``graph`` (graph attention, GAT and GATv2 computed as
+PyTorch Geometric's ``GATConv`` and ``GATv2Conv``, chapter 8; its layers and dense-view helpers
+are also exported here), ``graph_tasks`` (chapter 8's graphs, lookup task, node classifiers
+and attention measurements): ``from attention_src import data, seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
+from attention_src.efficient import (
+    KVCache,
+    blockwise_attention,
+    grouped_query_attention,
+    kv_cache_bytes,
+    online_softmax,
+    online_softmax_stats,
+)
+from attention_src.graph import (
+    GraphAttention,
+    GraphAttentionV2,
+    attention_to_dense,
+    edge_index_to_adjacency,
+)
 from attention_src.kernel_regression import gaussian_kernel_scores, nadaraya_watson
 from attention_src.multihead import (
     MultiHeadAttention,
@@ -27,7 +45,7 @@ from attention_src.multihead import (
     fuse_heads,
     to_torch_multihead,
 )
-from attention_src.plotting import show_heatmaps
+from attention_src.plotting import OKABE_ITO, apply_book_style, show_heatmaps
 from attention_src.positional import apply_rotary, sinusoidal_positional_encoding
 from attention_src.scoring import (
     AdditiveScore,
@@ -54,6 +72,9 @@ from attention_src.transformer import (
 )
 from attention_src.utils import count_parameters, set_seed
 
+# Every figure of the book: Okabe-Ito colour cycle, viridis images (see plotting.py).
+apply_book_style()
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -63,23 +84,35 @@ __all__ = [
     "DecoderBlock",
     "DotScore",
     "EncoderBlock",
+    "GraphAttention",
+    "GraphAttentionV2",
+    "KVCache",
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
+    "OKABE_ITO",
     "PerHeadMultiHeadAttention",
     "ScaledDotScore",
     "Score",
     "SelfAttention",
     "UniformScore",
+    "apply_book_style",
     "apply_rotary",
     "attention_from_scores",
+    "attention_to_dense",
     "band_mask",
+    "blockwise_attention",
     "causal_mask",
     "count_parameters",
+    "edge_index_to_adjacency",
     "fuse_heads",
     "gaussian_kernel_scores",
+    "grouped_query_attention",
+    "kv_cache_bytes",
     "lengths_to_mask",
     "masked_softmax",
     "nadaraya_watson",
+    "online_softmax",
+    "online_softmax_stats",
     "scaled_dot_product_attention",
     "set_seed",
     "show_heatmaps",

@@ -1,0 +1,451 @@
+"""attention_src.efficient: online softmax, blockwise attention, GQA, the KV cache.
+
+References, each computed differently from the code under test: ``torch.softmax``,
+``torch.nn.functional.scaled_dot_product_attention`` (PyTorch's fused kernel, with
+``is_causal`` and ``enable_gqa``), the book's materialised ``scaled_dot_product_attention``
+(for boolean masks and fully masked rows), keys and values repeated by ``repeat_interleave``,
+and a full forward pass of the model at every decoding step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
+
+from attention_src.attention import scaled_dot_product_attention
+from attention_src.efficient import (
+    BlockCounts,
+    KVCache,
+    blockwise_attention,
+    generate,
+    grouped_query_attention,
+    kv_cache_bytes,
+    online_softmax,
+    online_softmax_stats,
+)
+from attention_src.language_model import AttentionOnlyTransformer
+from attention_src.softmax import causal_mask
+from tests.conftest import PROPERTY, TOL, qkv, qkv_and_mask, randn, random_mask, seeds
+
+block_sizes = st.integers(1, 8)
+
+
+def _qkv(seed, batch, L_q, L_k, d_k=8, d_v=5, dtype=torch.float64, scale=1.0):
+    return (randn(seed, *batch, L_q, d_k, dtype=dtype, scale=scale),
+            randn(seed + 1, *batch, L_k, d_k, dtype=dtype, scale=scale),
+            randn(seed + 2, *batch, L_k, d_v, dtype=dtype, scale=scale))
+
+
+# ---------------------------------------------------------------------------- online softmax
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 10, 64])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_online_softmax_equals_softmax(block_size, scale):
+    x = randn(0, 4, 3, 10, scale=scale)
+    torch.testing.assert_close(online_softmax(x, block_size), torch.softmax(x, dim=-1),
+                               **TOL[torch.float64])
+
+
+def test_online_softmax_does_not_overflow_on_huge_values():
+    # exp(1e4) is inf in float32 and float64: only the max subtraction keeps this finite
+    x = torch.tensor([[1e4, 1e4 - 1.0, -1e4, 0.0, 1e4 + 2.0]], dtype=torch.float32)
+    y = online_softmax(x, 2)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, torch.softmax(x, dim=-1), **TOL[torch.float32])
+
+
+@PROPERTY
+@given(n=st.integers(1, 20), block_size=block_sizes, seed=seeds)
+def test_online_softmax_stats_are_the_max_and_the_shifted_sum(n, block_size, seed):
+    x = randn(seed, 3, n, scale=30.0)
+    m, s = online_softmax_stats(x, block_size)
+    torch.testing.assert_close(m, x.amax(dim=-1), atol=0, rtol=0)
+    torch.testing.assert_close(s, torch.exp(x - x.amax(-1, keepdim=True)).sum(-1),
+                               **TOL[torch.float64])
+    torch.testing.assert_close(online_softmax(x, block_size), torch.softmax(x, -1),
+                               **TOL[torch.float64])
+
+
+def test_online_softmax_with_minus_inf_entries():
+    x = torch.tensor([[-math.inf, -math.inf, 1.0, 2.0], [3.0, -math.inf, -math.inf, 0.0]])
+    torch.testing.assert_close(online_softmax(x, 2), torch.softmax(x, -1), **TOL[torch.float32])
+
+
+# ------------------------------------------------------------------ blockwise vs PyTorch SDPA
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    ("L_q", "L_k", "block_size", "query_block_size"),
+    [
+        (64, 64, 16, 16),  # L divisible by the blocks
+        (100, 100, 32, 32),  # ragged final block (100 = 3 * 32 + 4)
+        (37, 53, 8, 5),  # L_q != L_k, neither divisible
+        (53, 37, 8, 16),  # L_q > L_k
+        (1, 9, 4, 4),  # a single query
+        (9, 9, 1, 1),  # block size 1
+        (20, 30, 100, 100),  # blocks larger than L
+        (33, 33, 7, 128),  # all queries in one block, keys in 5
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_blockwise_equals_torch_sdpa(causal, L_q, L_k, block_size, query_block_size, dtype):
+    q, k, v = _qkv(0, (2, 3), L_q, L_k, dtype=dtype)
+    out = blockwise_attention(q, k, v, causal=causal, block_size=block_size,
+                              query_block_size=query_block_size)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    assert out.shape == (2, 3, L_q, 5) and out.dtype == dtype
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_batch_dimensions(batch, causal):
+    q, k, v = _qkv(1, batch, 23, 23)
+    out = blockwise_attention(q, k, v, causal, 6, query_block_size=4)
+    assert out.shape == (*batch, 23, 5)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+
+
+def test_blockwise_default_blocks_on_a_long_sequence():
+    q, k, v = _qkv(2, (2,), 700, 700, d_k=16, d_v=16, dtype=torch.float32)
+    for causal in (False, True):
+        torch.testing.assert_close(blockwise_attention(q, k, v, causal),
+                                   F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                   **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_rescales_when_the_maximum_grows(causal):
+    # Scores rise along the keys, so every new key block raises the running maximum: an
+    # accumulator that is not rescaled by exp(m_old - m_new) is wrong by a large factor.
+    L, d = 32, 4
+    q = torch.ones(1, L, d, dtype=torch.float64)
+    k = torch.linspace(0, 8, L, dtype=torch.float64).view(1, L, 1).expand(1, L, d)
+    v = randn(3, 1, L, 3)
+    out = blockwise_attention(q, k, v, causal, 4, query_block_size=8)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                               **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_huge_scores_do_not_overflow(causal):
+    q, k, v = _qkv(4, (2,), 19, 19, dtype=torch.float32, scale=30.0)  # scores ~ 1e3..1e4
+    out = blockwise_attention(q, k, v, causal, 5, query_block_size=3)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                               **TOL[torch.float32])
+
+
+def test_blockwise_scale_argument():
+    q, k, v = _qkv(5, (3,), 11, 13)
+    for scale in (0.0, 0.1, 2.0):
+        torch.testing.assert_close(
+            blockwise_attention(q, k, v, block_size=4, query_block_size=3, scale=scale),
+            F.scaled_dot_product_attention(q, k, v, scale=scale), **TOL[torch.float64])
+
+
+# ------------------------------------------------------------------------ masks and properties
+
+
+def test_fully_masked_row_returns_zeros():
+    q, k, v = _qkv(6, (2,), 5, 7)
+    mask = torch.ones(5, 7, dtype=torch.bool)
+    mask[2] = False  # query 2 may attend to nothing
+    mask[4, :4] = False  # query 4 only to keys 4.. (its first key block is fully masked)
+    out = blockwise_attention(q, k, v, block_size=3, query_block_size=2, mask=mask)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[:, 2], torch.zeros(2, 5, dtype=q.dtype))
+    ref, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+
+
+@PROPERTY
+@given(data=qkv_and_mask(), causal=st.booleans(), block_size=block_sizes,
+       query_block_size=block_sizes)
+def test_blockwise_equals_the_book_attention(data, causal, block_size, query_block_size):
+    q, k, v, mask = data
+    out = blockwise_attention(q, k, v, causal, block_size, query_block_size=query_block_size,
+                              mask=mask)
+    full = mask
+    if causal:
+        look_ahead = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        full = mask & look_ahead
+    ref, _ = scaled_dot_product_attention(q, k, v, full)
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+
+
+@PROPERTY
+@given(data=qkv(scale=3.0), causal=st.booleans(), sizes=st.lists(block_sizes, min_size=4,
+                                                                max_size=4))
+def test_blockwise_does_not_depend_on_the_block_sizes(data, causal, sizes):
+    q, k, v = data
+    a = blockwise_attention(q, k, v, causal, sizes[0], query_block_size=sizes[1])
+    b = blockwise_attention(q, k, v, causal, sizes[2], query_block_size=sizes[3])
+    torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_empty_sequences_give_an_empty_or_zero_output():
+    q, k, v = _qkv(7, (2,), 3, 0)
+    assert torch.equal(blockwise_attention(q, k, v), torch.zeros(2, 3, 5, dtype=q.dtype))
+    q, k, v = _qkv(7, (2,), 0, 4)
+    assert blockwise_attention(q, k, v).shape == (2, 0, 5)
+
+
+# -------------------------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_equal_torch_sdpa(causal):
+    q, k, v = (t.requires_grad_() for t in _qkv(8, (2,), 13, 13))
+    out = blockwise_attention(q, k, v, causal, 4, query_block_size=3)
+    weights = randn(9, *out.shape)  # a random linear functional of the output
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    ref_grads = torch.autograd.grad((ref * weights).sum(), (q, k, v))
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, **TOL[torch.float64])
+
+
+def test_gradients_with_a_fully_masked_row_are_finite_and_correct():
+    q, k, v = (t.requires_grad_() for t in _qkv(10, (), 6, 6))
+    mask = random_mask(11, 6, 6)
+    mask[1] = False
+    out = blockwise_attention(q, k, v, block_size=2, query_block_size=4, mask=mask)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    ref, _ = scaled_dot_product_attention(q, k, v, mask)
+    ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, r, **TOL[torch.float64])
+
+
+# ------------------------------------------------------------------- causal block skipping
+
+
+class _CountMatmuls(TorchFunctionMode):
+    """Counts the matrix products PyTorch is asked to compute, whatever the caller."""
+
+    PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
+                torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.addmm, torch.Tensor.addmm,
+                torch.Tensor.addmm_, torch.baddbmm, torch.Tensor.baddbmm_, torch.einsum)
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.PRODUCTS:
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _tiles_with_a_visible_pair(L_q, L_k, query_block_size, block_size):
+    """Tiles of the dense causal mask that hold at least one allowed (query, key) pair."""
+    visible = causal_mask(max(L_q, L_k))[:L_q, :L_k]  # (L_q, L_k), True where j <= i
+    count = 0
+    for i0 in range(0, L_q, query_block_size):
+        for j0 in range(0, L_k, block_size):
+            count += bool(visible[i0:i0 + query_block_size, j0:j0 + block_size].any())
+    return count
+
+
+@pytest.mark.parametrize(
+    ("L_q", "L_k", "block_size", "query_block_size"),
+    [(64, 64, 8, 8), (100, 100, 32, 32), (37, 53, 8, 5), (53, 37, 4, 16), (128, 128, 16, 64)],
+)
+def test_causal_skips_exactly_the_blocks_above_the_diagonal(L_q, L_k, block_size,
+                                                            query_block_size):
+    q, k, v = _qkv(12, (2,), L_q, L_k)
+    with _CountMatmuls() as mode:
+        _, counts = blockwise_attention(q, k, v, True, block_size,
+                                        query_block_size=query_block_size, return_counts=True)
+    n_tiles = math.ceil(L_q / query_block_size) * math.ceil(L_k / block_size)
+    expected = _tiles_with_a_visible_pair(L_q, L_k, query_block_size, block_size)
+    assert counts == BlockCounts(expected, n_tiles - expected, n_tiles)
+    # one Q K^T and one P V product per computed tile, for each of the 2 batch entries
+    assert mode.calls == 2 * 2 * expected
+    _, full = blockwise_attention(q, k, v, False, block_size,
+                                  query_block_size=query_block_size, return_counts=True)
+    assert full == BlockCounts(n_tiles, 0, n_tiles)
+
+
+def test_causal_computes_about_half_the_tiles():
+    q, k, v = _qkv(13, (), 256, 256, dtype=torch.float32)
+    _, counts = blockwise_attention(q, k, v, True, 32, query_block_size=32, return_counts=True)
+    n = 256 // 32
+    assert counts.computed == n * (n + 1) // 2  # the lower triangle and the diagonal: 36 of 64
+
+
+# ---------------------------------------------------------------------- grouped-query attention
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("h", "h_kv"), [(8, 2), (6, 3), (4, 1), (4, 4)])
+def test_gqa_equals_torch_enable_gqa_and_repeated_heads(causal, h, h_kv):
+    q = randn(14, 2, h, 11, 8)
+    k = randn(15, 2, h_kv, 17, 8)
+    v = randn(16, 2, h_kv, 17, 3)
+    out = grouped_query_attention(q, k, v, causal, block_size=4, query_block_size=3)
+    assert out.shape == (2, h, 11, 3)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+    group = h // h_kv
+    k_rep, v_rep = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k_rep, v_rep,
+                                                                   is_causal=causal),
+                               **TOL[torch.float64])
+
+
+def test_gqa_without_batch_dimensions_and_with_scale():
+    q, k, v = randn(17, 4, 5, 6), randn(18, 2, 7, 6), randn(19, 2, 7, 6)
+    out = grouped_query_attention(q, k, v, scale=0.5)
+    k_rep, v_rep = k.repeat_interleave(2, dim=0), v.repeat_interleave(2, dim=0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k_rep, v_rep, scale=0.5),
+                               **TOL[torch.float64])
+
+
+# --------------------------------------------------------------------------------- KV cache
+
+
+@pytest.mark.parametrize("max_len", [None, 40])
+def test_kv_cache_holds_what_was_appended(max_len):
+    cache = KVCache(max_len)
+    assert cache.length == 0 and cache.nbytes == 0 and cache.allocated_nbytes == 0
+    ks, vs = [], []
+    for step, t in enumerate([5, 1, 1, 20, 1]):
+        k, v = randn(20 + step, 2, 3, t, 4), randn(40 + step, 2, 3, t, 6)
+        ks.append(k)
+        vs.append(v)
+        keys, values = cache.append(k, v)
+        assert torch.equal(keys, torch.cat(ks, dim=2))
+        assert torch.equal(values, torch.cat(vs, dim=2))
+    assert cache.length == 28
+    assert cache.nbytes == 2 * 3 * 28 * (4 + 6) * 8
+    assert cache.allocated_nbytes >= cache.nbytes
+    if max_len is not None:
+        assert cache.allocated_nbytes == 2 * 3 * 40 * (4 + 6) * 8
+
+
+def test_kv_cache_bytes_matches_the_cache():
+    cache = KVCache()
+    cache.append(randn(0, 1, 2, 9, 16, dtype=torch.float32),
+                 randn(1, 1, 2, 9, 16, dtype=torch.float32))
+    assert cache.nbytes == kv_cache_bytes(1, 2, 16, 9, torch.float32)
+    assert kv_cache_bytes(32, 8, 128, 4096, torch.float16) == 2 * 32 * 8 * 128 * 4096 * 2
+    assert kv_cache_bytes(2, 4, 8, 10, batch=3) == 2 * 2 * 3 * 4 * 10 * 8 * 4
+
+
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+def test_generate_with_cache_equals_without(num_layers):
+    torch.manual_seed(num_layers)
+    model = AttentionOnlyTransformer(vocab_size=13, embed_dim=24, num_heads=3,
+                                     num_layers=num_layers, max_len=40)
+    prompt = torch.randint(0, 13, (2, 7))
+    timings: list[float] = []
+    tokens, logits = generate(model, prompt, 25, use_cache=True, timings=timings)
+    ref_tokens, ref_logits = generate(model, prompt, 25, use_cache=False)
+    assert tokens.shape == (2, 32) and logits.shape == (2, 25, 13) and len(timings) == 25
+    assert torch.equal(tokens[:, :7], prompt)
+    assert torch.equal(tokens, ref_tokens)
+    torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=1e-5)
+    # the logits at each step are those of a full forward pass on the tokens so far
+    with torch.no_grad():
+        full = model(tokens[:, :-1])[:, 6:]  # (2, 25, 13)
+    torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-5)
+    assert torch.equal(logits.argmax(-1), tokens[:, 7:])
+    assert model.training  # generate restores the mode it found
+
+
+# -------------------------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_raise_clear_errors():
+    q, k, v = _qkv(30, (2,), 4, 6)
+    with pytest.raises(ValueError, match="block_size must be positive, got 0"):
+        blockwise_attention(q, k, v, block_size=0)
+    with pytest.raises(TypeError, match="block_size must be an int, got float"):
+        blockwise_attention(q, k, v, block_size=2.0)
+    with pytest.raises(ValueError, match="query_block_size must be positive, got -1"):
+        blockwise_attention(q, k, v, query_block_size=-1)
+    with pytest.raises(ValueError, match=r"same feature size d_k.*\(2, 4, 8\).*\(2, 6, 7\)"):
+        blockwise_attention(q, k[..., :7], v)
+    with pytest.raises(ValueError, match=r"same length L_k.*\(2, 6, 8\).*\(2, 5, 5\)"):
+        blockwise_attention(q, k, v[:, :5])
+    with pytest.raises(TypeError, match="floating-point tensor, got dtype torch.int64"):
+        blockwise_attention(q.long(), k, v)
+    with pytest.raises(TypeError, match="causal must be a bool, got int"):
+        blockwise_attention(q, k, v, causal=1)
+    with pytest.raises(TypeError, match="mask must have dtype torch.bool"):
+        blockwise_attention(q, k, v, mask=torch.ones(4, 6))
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 6\) does not broadcast"):
+        blockwise_attention(q, k, v, mask=torch.ones(5, 6, dtype=torch.bool))
+    with pytest.raises(TypeError, match="scale must be a float or None, got str"):
+        blockwise_attention(q, k, v, scale="1")
+    with pytest.raises(TypeError, match="block_size must be an int"):
+        online_softmax(q, 1.5)
+    with pytest.raises(ValueError, match="at least one entry on its last axis"):
+        online_softmax(torch.zeros(3, 0), 2)
+
+
+def test_gqa_bad_inputs():
+    q, k, v = randn(0, 2, 6, 5, 4), randn(1, 2, 4, 7, 4), randn(2, 2, 4, 7, 3)
+    with pytest.raises(ValueError, match=r"h = 6 must be a multiple of .* h_kv = 4"):
+        grouped_query_attention(q, k, v)
+    with pytest.raises(ValueError, match="same number of heads h_kv"):
+        grouped_query_attention(q, k[:, :3], v[:, :2])
+    with pytest.raises(ValueError, match="must share their batch dimensions"):
+        grouped_query_attention(q, k[:1], v[:1])
+    with pytest.raises(ValueError, match="same feature size d_k"):
+        grouped_query_attention(q, k[:, :3, :, :3], v[:, :3])
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        grouped_query_attention(q, k[:, :3], v[:, :3], causal="yes")
+    with pytest.raises(ValueError, match="at least 3 dimensions"):
+        grouped_query_attention(q[0, 0], k[0, 0], v[0, 0])
+
+
+def test_kv_cache_and_generate_bad_inputs():
+    cache = KVCache(max_len=4)
+    with pytest.raises(ValueError, match=r"must be \(B, h_kv, t, d\)"):
+        cache.append(randn(0, 1, 2, 3, 4, 5), randn(0, 1, 2, 3, 4, 5))
+    with pytest.raises(ValueError, match="must agree on"):
+        cache.append(randn(0, 1, 2, 3, 4), randn(0, 1, 2, 2, 4))
+    cache.append(randn(0, 1, 2, 3, 4), randn(0, 1, 2, 3, 4))
+    with pytest.raises(ValueError, match=r"do not match the cache's"):
+        cache.append(randn(0, 1, 3, 1, 4), randn(0, 1, 3, 1, 4))
+    with pytest.raises(ValueError, match="at most max_len = 4 positions; it has 3 and 2"):
+        cache.append(randn(0, 1, 2, 2, 4), randn(0, 1, 2, 2, 4))
+    with pytest.raises(TypeError, match="share one dtype"):
+        cache.append(randn(0, 1, 2, 1, 4), randn(0, 1, 2, 1, 4, dtype=torch.float32))
+    with pytest.raises(ValueError, match="max_len must be positive"):
+        KVCache(max_len=0)
+    model = AttentionOnlyTransformer(5, 8, 2, 1, max_len=10)
+    prompt = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="exceeds the model's max_len = 10"):
+        generate(model, prompt, 8)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer"):
+        generate(torch.nn.Linear(2, 2), prompt, 2)
+    with pytest.raises(TypeError, match="use_cache must be a bool"):
+        generate(model, prompt, 2, use_cache=None)
+    with pytest.raises(ValueError, match="n_new must be positive"):
+        generate(model, prompt, 0)
+    with pytest.raises(ValueError, match="length must be an int >= 0"):
+        kv_cache_bytes(1, 1, 1, -1)
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+        kv_cache_bytes(1, 1, 1, 1, dtype="float32")
+
+
+def test_generate_rejects_an_empty_prompt_and_a_bad_timings_argument():
+    model = AttentionOnlyTransformer(5, 8, 2, 1, max_len=10)
+    with pytest.raises(ValueError, match="at least one token, got L_0 = 0"):
+        generate(model, torch.zeros(1, 0, dtype=torch.long), 2)
+    with pytest.raises(TypeError, match="timings must be a list or None, got tuple"):
+        generate(model, torch.zeros(1, 3, dtype=torch.long), 2, timings=())
