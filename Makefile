@@ -4,6 +4,7 @@
 #                 then build the site and check it in headless Chromium, offline
 #   make execute  re-execute notebooks in place (all in _toc.yml, or NB=book/xx.ipynb)
 #   make bench    run benchmarks/ (ratios against PyTorch, measured in the same run)
+#   make mutate   mutation testing of attention_src (mutmut; MODULE=training restricts it)
 #   make serve    serve the built site on http://127.0.0.1:8000
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -31,10 +32,10 @@ NB ?= $(NOTEBOOKS)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
          --nbval-cell-timeout=300 -p tests.nbtiming -p tests.nbkernel
 
-.PHONY: help install book test lint unit nbtest site-test execute bench serve lock clean
+.PHONY: help install book test lint unit nbtest site-test execute bench mutate serve lock clean
 
 help:
-	@sed -n '2,8p' Makefile | sed 's/^# //'
+	@sed -n '2,9p' Makefile | sed 's/^# //'
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,6 +86,25 @@ execute: $(STAMP)
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done
+
+# Mutation testing (on demand, not in `make test`: minutes per module, hours for the package).
+# mutmut copies attention_src/ and tests/ into mutants/ (settings in pyproject.toml), plants
+# one small bug at a time in a function and runs the tests that reach that function. Always
+# from a fresh mutants/, so no verdict is reused from older tests. MODULE="training multihead"
+# restricts the mutants to those modules; MUTANTS='attention_src.training.x_train_seq2seq*'
+# to functions (mutmut's names and globs). Score = killed / tested, where killed counts
+# timeouts and crashes too, and tested is every mutant some test ran (suspicious ones count as
+# not killed); "no tests" mutants (in functions no unit test calls) are listed apart.
+MODULE ?=
+MUTANTS ?= $(foreach m,$(MODULE),attention_src.$(m).*)
+mutate: $(STAMP)
+	rm -rf mutants
+	mkdir mutants
+	nice -n 19 $(VENV)/bin/mutmut run --max-children 1 $(foreach m,$(MUTANTS),'$(m)') \
+	    > mutants/run.log 2>&1 || { tr '\r' '\n' < mutants/run.log | tail -n 60; exit 1; }
+	@tr '\r' '\n' < mutants/run.log | grep -a 'mutations/second'
+	MUTATE_GLOBS="$(MUTANTS)" $(PY) tools/mutation_report.py
+
 
 serve:
 	@test -f _build/html/index.html || { echo "no site yet: run 'make book' first"; exit 1; }

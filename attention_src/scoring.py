@@ -65,7 +65,9 @@ class Score(nn.Module):
         return self.score(query, key)
 
     def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} does not define score(query, key); Score subclasses must"
+        )
 
 
 class AdditiveScore(Score):

@@ -76,3 +76,31 @@ def qkv_and_mask(draw, dtype: torch.dtype = torch.float64):
     q, k, v = draw(qkv(dtype=dtype))
     scores_shape = (*q.shape[:-1], k.shape[-2])
     return q, k, v, draw(broadcast_masks(scores_shape))
+
+
+def check_dropout_rate(dropped: torch.Tensor, weights: torch.Tensor, p: float) -> float:
+    """Check many draws of attention weights after dropout against the rate ``p``.
+
+    Args:
+        dropped: ``(draws, *S)``, the weights after dropout, one draw per row.
+        weights: ``(*S)``, the same weights before dropout, all > 0 (so every zero in
+            ``dropped`` is a dropout).
+
+    Dropout zeroes each weight independently with probability ``p`` and divides the kept ones
+    by ``1 - p``. The number of zeros among the ``n = dropped.numel()`` entries is binomial, so
+    their fraction has mean ``p`` and standard error ``SE = sqrt(p (1 - p) / n)``; it must lie
+    within 5 SE of ``p``. The draw count must make 0.1 at least 10 SE, so that a wrong rate
+    ``p' = p + 0.1`` lies 5 SE or more outside the bound and fails. Every kept entry must
+    equal ``weight / (1 - p)``. Returns the fraction of zeros.
+    """
+    assert bool((weights > 0).all()), "weights must be > 0, so that zeros come from dropout"
+    n = dropped.numel()
+    se = (p * (1 - p) / n) ** 0.5
+    assert 0.1 >= 10 * se, f"too few draws to tell p={p} from p+0.1: SE={se:.4f}"
+    zeros = dropped == 0
+    fraction = float(zeros.double().mean())
+    assert abs(fraction - p) < 5 * se, (
+        f"fraction of dropped weights {fraction:.4f}, expected p={p} +- 5 SE = {5 * se:.4f}")
+    expanded = weights.expand_as(dropped)
+    torch.testing.assert_close(dropped[~zeros], expanded[~zeros] / (1 - p), atol=0, rtol=1e-12)
+    return fraction

@@ -19,7 +19,16 @@ import attention_src as att
 from attention_src import numpy_ref
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
 from attention_src.softmax import causal_mask, lengths_to_mask
-from tests.conftest import PROPERTY, TOL, qkv, qkv_and_mask, randn, random_mask, seeds
+from tests.conftest import (
+    PROPERTY,
+    TOL,
+    check_dropout_rate,
+    qkv,
+    qkv_and_mask,
+    randn,
+    random_mask,
+    seeds,
+)
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -267,6 +276,25 @@ def test_dropout_acts_on_the_weights_and_returns_them_undropped():
     torch.testing.assert_close(w, w0, atol=0, rtol=0)  # weights before dropout
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
     assert not torch.allclose(out, out0)
+
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5])
+@pytest.mark.parametrize("fn", ["scaled_dot_product_attention", "attention_from_scores"])
+def test_dropout_zeroes_weights_at_rate_p_and_rescales_the_rest(fn, p):
+    """With one-hot values (the identity) the output is the weights after dropout: over 200
+    draws the fraction of zeros is p within 5 binomial SE and every kept weight is w / (1 - p)
+    (see check_dropout_rate; a rate off by 0.1 fails)."""
+    q, k = randn(0, 4, 5, 3), randn(1, 4, 6, 3)
+    one_hot = torch.eye(6, dtype=torch.float64).expand(4, 6, 6)   # value: (B, L_k, d_v = L_k)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(3)              # (B, L_q, L_k)
+    w = scores.softmax(dim=-1)                                    # before dropout
+    torch.manual_seed(3)
+    if fn == "scaled_dot_product_attention":
+        draws = [scaled_dot_product_attention(q, k, one_hot, dropout_p=p)[0] for _ in range(200)]
+    else:
+        draws = [attention_from_scores(scores, one_hot, dropout_p=p)[0] for _ in range(200)]
+    check_dropout_rate(torch.stack(draws), w, p)                 # (200, B, L_q, L_k)
 
 
 def test_attention_from_scores_equals_sdpa_on_given_scores():

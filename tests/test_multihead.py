@@ -25,7 +25,7 @@ from attention_src.multihead import (
 )
 from attention_src.softmax import causal_mask, lengths_to_mask
 from attention_src.utils import count_parameters
-from tests.conftest import PROPERTY, TOL, randn, random_mask, seeds
+from tests.conftest import PROPERTY, TOL, check_dropout_rate, randn, random_mask, seeds
 
 F64 = TOL[torch.float64]
 B, L_Q, L_K, E, H = 2, 4, 5, 6, 3
@@ -220,6 +220,86 @@ def test_dropout_in_training_returns_undropped_weights():
     torch.manual_seed(1)
     _, w_train = mha.train()(q, k, v)
     torch.testing.assert_close(w_train, w_eval, atol=0, rtol=0)
+
+
+
+# --- dropout statistics: the rate itself, on every path ---------------------------------------
+# A layer whose output IS its attention weights after dropout: one-hot values (head i's slice of
+# value row j is e_j, so each head's output row is its weights row) and identity v_proj and
+# out_proj without bias. head_dim = L_k = 4 makes the one-hot values fit a head. The fraction of
+# zeros over many draws estimates the rate (see check_dropout_rate: 5 binomial SE), and each
+# kept weight must be the eval-mode weight divided by 1 - p.
+DROP_E, DROP_H, DROP_L_Q, DROP_L_K, DROP_B, DROP_DRAWS = 8, 2, 5, 4, 4, 200
+
+
+def _readout_inputs():
+    q = randn(20, DROP_B, DROP_L_Q, DROP_E)
+    k = randn(21, DROP_B, DROP_L_K, DROP_E)
+    one_hot = torch.eye(DROP_L_K, dtype=torch.float64).repeat(1, DROP_H)  # (L_k, E) = [I | I]
+    return q, k, one_hot.expand(DROP_B, DROP_L_K, DROP_E)                # v: (B, L_k, E)
+
+
+def _weights_readout(p: float) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(DROP_E, DROP_H, dropout=p).double()
+    with torch.no_grad():
+        for proj in (mha.v_proj, mha.out_proj):
+            proj.weight.copy_(torch.eye(DROP_E))
+            proj.bias.zero_()
+    return mha
+
+
+def _as_output_layout(w: torch.Tensor) -> torch.Tensor:
+    """Weights (B, h, L_q, L_k) laid out like the readout's output (B, L_q, h * L_k)."""
+    return w.transpose(1, 2).reshape(w.shape[0], w.shape[2], -1)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+@pytest.mark.parametrize("path", ["weights", "fused", "torch copy", "per-head", "fuse_heads"])
+def test_dropout_rate_is_p_on_every_path(path, p):
+    """Kills a fused path with another rate, a to_torch_multihead copy without dropout, and a
+    per-head module or its fuse_heads copy losing the rate."""
+    mha = _weights_readout(p)
+    q, k, v = _readout_inputs()
+    _, w = mha.eval()(q, k, v)                                        # before dropout
+    torch.testing.assert_close(mha(q, k, v)[0], _as_output_layout(w), **F64)  # readout works
+    if path == "weights":
+        run = lambda: mha.train()(q, k, v)[0]  # noqa: E731
+    elif path == "fused":
+        run = lambda: mha.train()(q, k, v, need_weights=False)[0]  # noqa: E731
+    elif path == "torch copy":
+        ref = to_torch_multihead(mha.train())
+        run = lambda: ref(q, k, v, need_weights=False)[0]  # noqa: E731
+    else:
+        # h heads whose value projections pick their slice of the one-hot values
+        per_head = PerHeadMultiHeadAttention(DROP_E, DROP_H, dropout=p).double()
+        with torch.no_grad():
+            for i, head in enumerate(per_head.heads):
+                head.v_proj.weight.copy_(torch.eye(DROP_E)[i * 4:(i + 1) * 4])  # (d_head, E)
+                head.v_proj.bias.zero_()
+            per_head.out_proj.weight.copy_(torch.eye(DROP_E))
+            per_head.out_proj.bias.zero_()
+        _, w = per_head.eval()(q, k, v)
+        module = per_head.train() if path == "per-head" else fuse_heads(per_head.train())
+        run = lambda: module(q, k, v)[0]  # noqa: E731
+    torch.manual_seed(1)
+    dropped = torch.stack([run() for _ in range(DROP_DRAWS)])        # (draws, B, L_q, E)
+    check_dropout_rate(dropped, _as_output_layout(w), p)
+
+
+def test_dropout_rate_check_fails_for_a_rate_off_by_0_1():
+    """The test above can fail: draws at p' = p + 0.1 do not pass as rate p."""
+    mha = _weights_readout(0.4)
+    q, k, v = _readout_inputs()
+    _, w = mha.eval()(q, k, v)
+    mha.train()
+    torch.manual_seed(1)
+    dropped = torch.stack([mha(q, k, v, need_weights=False)[0] for _ in range(DROP_DRAWS)])
+    check_dropout_rate(dropped, _as_output_layout(w), 0.4)
+    with pytest.raises(AssertionError, match="expected p=0.3"):
+        check_dropout_rate(dropped * 0.6 / 0.7, _as_output_layout(w), 0.3)
+    with pytest.raises(AssertionError, match="expected p=0.5"):
+        check_dropout_rate(dropped * 0.6 / 0.5, _as_output_layout(w), 0.5)
 
 
 # --- MultiHeadSelfAttention ----------------------------------------------------------------

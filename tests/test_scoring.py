@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import attention_src as att
-from attention_src.attention import attention_from_scores, scaled_dot_product_attention
+from attention_src.attention import scaled_dot_product_attention
 from attention_src.scoring import (
     AdditiveScore,
     Attention,
@@ -27,7 +27,17 @@ from attention_src.scoring import (
     Score,
 )
 from attention_src.utils import count_parameters
-from tests.conftest import PROPERTY, TOL, batch_shapes, features, lengths, randn, random_mask, seeds
+from tests.conftest import (
+    PROPERTY,
+    TOL,
+    batch_shapes,
+    check_dropout_rate,
+    features,
+    lengths,
+    randn,
+    random_mask,
+    seeds,
+)
 
 F64 = TOL[torch.float64]
 BATCHES = [(), (2,), (2, 3)]
@@ -139,6 +149,27 @@ def test_attention_with_scaled_dot_score_equals_sdpa(batch, L_q, L_k, d_k, d_v, 
                                **F64)
 
 
+def _attention_by_hand(scores, value, mask):
+    """Reference in Python floats, one (batch, query) row at a time: over the allowed keys,
+    ``w_j = exp(s_j - max s) / sum exp(s - max s)`` (0 for blocked keys, and for every key of a
+    row with none allowed), then ``output = sum_j w_j v_j``."""
+    B, L_q, L_k = scores.shape
+    allowed = mask.expand(B, L_q, L_k).tolist()
+    w = torch.zeros(B, L_q, L_k, dtype=torch.float64)
+    out = torch.zeros(B, L_q, value.shape[-1], dtype=torch.float64)
+    for b in range(B):
+        for i in range(L_q):
+            keys = [j for j in range(L_k) if allowed[b][i][j]]
+            if not keys:
+                continue
+            top = max(float(scores[b, i, j]) for j in keys)
+            e = {j: math.exp(float(scores[b, i, j]) - top) for j in keys}
+            for j in keys:
+                w[b, i, j] = e[j] / sum(e.values())
+                out[b, i] += float(w[b, i, j]) * value[b, j]
+    return out, w
+
+
 @pytest.mark.parametrize("make", [lambda: AdditiveScore(3, 5, 4), lambda: BilinearScore(3, 5)],
                          ids=["additive", "bilinear"])
 def test_attention_with_any_score_and_mask(make):
@@ -149,9 +180,10 @@ def test_attention_with_any_score_and_mask(make):
     mask = random_mask(3, 2, 1, 6, p=0.5)
     mask[1] = False  # batch 1 sees nothing
     out, w = layer(q, k, v, mask=mask)
-    ref_out, ref_w = attention_from_scores(score(q, k), v, mask)
-    torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
-    torch.testing.assert_close(w, ref_w, atol=0, rtol=0)
+    # the scores come from the score module (checked against hand loops above); the rest by hand
+    ref_out, ref_w = _attention_by_hand(score(q, k).detach(), v, mask)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
     assert (w[~mask.expand_as(w)] == 0).all()  # the mask passes through
     assert (w[1] == 0).all() and (out[1] == 0).all()
     torch.testing.assert_close(w[0].sum(-1), torch.ones(4, dtype=torch.float64))
@@ -171,6 +203,25 @@ def test_attention_dropout_only_in_training():
     torch.testing.assert_close(out_t, expected, atol=1e-12, rtol=0)
     torch.testing.assert_close(w_t, plain_w, atol=0, rtol=0)  # weights returned before dropout
     assert not torch.allclose(out_t, plain_out)
+
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5])
+def test_attention_dropout_zeroes_weights_at_rate_p_in_training_only(p):
+    """One-hot values make the output the weights after dropout. Eval mode: exactly the
+    weights. Training: over 200 draws the fraction of zeros is p within 5 binomial SE and the
+    kept weights are w / (1 - p) (see check_dropout_rate; a rate off by 0.1 fails)."""
+    torch.manual_seed(0)
+    layer = Attention(AdditiveScore(3, 5, 4), dropout=p).double()
+    q, k = randn(0, 4, 5, 3), randn(1, 4, 6, 5)
+    one_hot = torch.eye(6, dtype=torch.float64).expand(4, 6, 6)   # value: (B, L_k, d_v = L_k)
+    with torch.no_grad():
+        out, w = layer.eval()(q, k, one_hot)
+        torch.testing.assert_close(out, w, atol=0, rtol=0)
+        layer.train()
+        torch.manual_seed(3)
+        dropped = torch.stack([layer(q, k, one_hot)[0] for _ in range(200)])  # (200, B, 5, 6)
+    check_dropout_rate(dropped, w, p)
 
 
 def test_gradients_reach_every_parameter():
@@ -212,7 +263,7 @@ def test_scores_reject_bad_tensors():
         dot(torch.ones(2, 3), torch.ones(3))
     with pytest.raises(TypeError, match="query: torch.float32, key: torch.float64"):
         dot(torch.ones(2, 3), torch.ones(6, 3, dtype=torch.float64))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match=r"Score does not define score\(query, key\)"):
         Score()(torch.ones(2, 3), torch.ones(6, 3))
 
 
@@ -228,8 +279,11 @@ def test_scores_reject_bad_constructor_arguments():
 def test_attention_rejects_bad_input():
     with pytest.raises(TypeError, match="score must be a Score module, got function"):
         Attention(lambda q, k: q @ k.T)
-    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.5"):
-        Attention(DotScore(), dropout=1.5)
+    for bad in (1.5, 1.0, -0.1):  # the interval's ends: 1 is out, 0 is in
+        with pytest.raises(ValueError, match=rf"dropout must be in \[0, 1\), got {bad}"):
+            Attention(DotScore(), dropout=bad)
+    assert Attention(DotScore(), dropout=0.0).dropout == 0.0
+    assert Attention(DotScore(), dropout=0.999).dropout == 0.999
     layer = Attention(DotScore())
     q, k = torch.ones(2, 4, 3), torch.ones(2, 6, 3)
     with pytest.raises(ValueError, match=r"key \(2, 6, 3\) and value \(2, 5, 2\) must have the "
@@ -299,3 +353,6 @@ def test_score_by_name_rejects_unknown_names_and_mismatched_dot_widths():
         score_by_name("cosine", 4, 4, 3)
     with pytest.raises(ValueError, match=r"the dot score needs d_q == d_k, got d_q=4, d_k=6"):
         score_by_name("dot", 4, 6, 3)
+    with pytest.raises(ValueError,
+                       match=r"the scaled dot score needs d_q == d_k, got d_q=5, d_k=2"):
+        score_by_name("scaled dot", 5, 2, 3)

@@ -34,6 +34,30 @@ def test_build_decoder_width_and_seed():
     assert not torch.equal(w, other.decoder.output.weight)
 
 
+
+@pytest.mark.parametrize("attention", [False, True], ids=["context", "attention"])
+def test_build_passes_pad_id_widths_and_the_default_seed(attention):
+    """pad_id reaches both embeddings (their <pad> rows are zero), the decoder width is also
+    the additive score's hidden width d_a, the encoder is bidirectional, and seed=0 is the
+    default."""
+    m = seq2seq.build_gru_seq2seq(9, 4, 6, attention=attention, decoder_hidden_dim=5, pad_id=3)
+    for embedding in (m.encoder.embedding, m.decoder.embedding):
+        assert embedding.padding_idx == 3
+        assert embedding.weight.shape == (9, 4)
+        assert not embedding.weight[3].any()
+    assert m.encoder.rnn.bidirectional and m.encoder.rnn.hidden_size == 6
+    if attention:
+        score = m.decoder.attention.score
+        assert score.W_q.weight.shape == (5, 5) and score.W_k.weight.shape == (5, 12)
+        assert score.w_v.weight.shape == (1, 5)
+    default = seq2seq.build_gru_seq2seq(9, 4, 6, attention=attention)
+    seeded = seq2seq.build_gru_seq2seq(9, 4, 6, attention=attention, seed=0)
+    assert default.encoder.embedding.padding_idx == 0
+    for (name, a), b in zip(default.state_dict().items(), seeded.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
+
+
 def test_built_models_run_forward_and_greedy_decode():
     src = torch.tensor([[3, 4, 5], [6, 7, 0]])
     src_len = torch.tensor([3, 2])
@@ -48,13 +72,17 @@ def test_built_models_run_forward_and_greedy_decode():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error"),
-    [({"hidden_dim": 0}, ValueError), ({"decoder_hidden_dim": 0}, ValueError),
-     ({"attention": 1}, TypeError), ({"hidden_dim": 2.0}, TypeError)],
+    ("kwargs", "error", "message"),
+    [({"hidden_dim": 0}, ValueError, "hidden_dim must be positive, got 0"),
+     ({"decoder_hidden_dim": 0}, ValueError, "decoder_hidden_dim must be positive, got 0"),
+     ({"attention": 1}, TypeError, "attention must be a bool, got int"),
+     ({"hidden_dim": 2.0}, TypeError, "hidden_dim must be an int, got float")],
 )
-def test_build_bad_arguments(kwargs, error):
+def test_build_bad_arguments(kwargs, error, message):
+    # match= names the check: without it, a constructor whose own check was removed still
+    # passed, on a different error raised deeper down (issue 13).
     args = {"vocab_size": 9, "embed_dim": 4, "hidden_dim": 6, "attention": True} | kwargs
-    with pytest.raises(error):
+    with pytest.raises(error, match=f"^{message}$"):
         seq2seq.build_gru_seq2seq(**args)
 
 
@@ -75,17 +103,21 @@ def test_mean_by_length_counts_bools_as_zero_one():
 
 
 @pytest.mark.parametrize(
-    ("values", "lengths", "error"),
+    ("values", "lengths", "error", "message"),
     [
-        ([1.0], torch.tensor([1]), TypeError),
-        (torch.ones(2), torch.tensor([1.0, 2.0]), TypeError),
-        (torch.ones(2), torch.tensor([1, 2, 3]), ValueError),
-        (torch.ones(2, 1), torch.tensor([1, 2]), ValueError),
-        (torch.ones(0), torch.zeros(0, dtype=torch.long), ValueError),
+        ([1.0], torch.tensor([1]), TypeError, "^values and lengths must be torch tensors$"),
+        (torch.ones(2), torch.tensor([1.0, 2.0]), TypeError,
+         "^lengths must be an integer tensor, got dtype torch.float32$"),
+        (torch.ones(2), torch.tensor([True, False]), TypeError,
+         "^lengths must be an integer tensor, got dtype torch.bool$"),
+        (torch.ones(2), torch.tensor([1, 2, 3]), ValueError, r"got \(2,\) and \(3,\)"),
+        (torch.ones(2, 1), torch.tensor([1, 2]), ValueError, r"got \(2, 1\) and \(2,\)"),
+        (torch.ones(0), torch.zeros(0, dtype=torch.long), ValueError,
+         r"^values and lengths must be non-empty and 1-D of one shape, got \(0,\) and \(0,\)$"),
     ],
 )
-def test_mean_by_length_bad_input(values, lengths, error):
-    with pytest.raises(error):
+def test_mean_by_length_bad_input(values, lengths, error, message):
+    with pytest.raises(error, match=message):
         training.mean_by_length(values, lengths)
 
 

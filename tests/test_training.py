@@ -39,6 +39,51 @@ def test_training_lowers_the_loss_on_a_tiny_reverse_task(attention):
     assert not model.training  # left in evaluation mode
 
 
+
+def test_training_runs_the_model_in_training_mode_and_leaves_it_in_eval_mode():
+    """Dropout layers must be active while training: a model handed over in eval mode is
+    switched to training mode for every step, and left in eval mode afterwards."""
+    data = _reverse_data(16)
+    model = _model().eval()
+    modes = []
+    original = model.forward
+
+    def spy(*args, **kwargs):
+        modes.append(model.training)
+        return original(*args, **kwargs)
+
+    model.forward = spy
+    train_seq2seq(model, data, steps=3, batch_size=4)
+    assert modes == [True, True, True]
+    assert not model.training
+
+
+def test_training_defaults_are_the_documented_ones(monkeypatch):
+    """batch_size=64, lr=3e-3, clip=1.0, seed=0, pad_id=0: a call that leaves them out trains
+    exactly like one that spells them out, and clips to norm 1 (logits scaled by 50 make the
+    raw gradient norm larger than 1, so the default clip acts)."""
+
+    class Loud(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, src, src_len, tgt_in):
+            logits, w = self.inner(src, src_len, tgt_in)
+            return 50 * logits, w
+
+    data = _reverse_data(80)
+    norms = _spy_on_adam(monkeypatch)
+    implicit, explicit = Loud(_model(seed=2).double()), Loud(_model(seed=2).double())
+    a = train_seq2seq(implicit, data, steps=2)
+    assert len(norms) == 2 and all(1 - 1e-4 < n <= 1.0 for n in norms), norms
+    b = train_seq2seq(explicit, data, steps=2, batch_size=64, lr=3e-3, clip=1.0, seed=0,
+                      pad_id=0, log_every=None)
+    assert a == b
+    for p, q in zip(implicit.parameters(), explicit.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 def test_training_is_reproducible_with_the_same_seed():
     data = _reverse_data(64)
     runs = []
@@ -55,17 +100,35 @@ def test_training_is_reproducible_with_the_same_seed():
 
 def test_training_logs_the_mean_loss_every_log_every_steps(capsys):
     data = _reverse_data(32)
-    losses = train_seq2seq(_model(), data, steps=4, batch_size=8, log_every=2)
+    losses = train_seq2seq(_model(), data, steps=7, batch_size=8, log_every=3)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
-    assert lines[0] == f"step     2  loss {sum(losses[:2]) / 2:.4f}"
-    assert lines[1].startswith("step     4  loss ")
+    assert lines == [f"step     3  loss {sum(losses[:3]) / 3:.4f}",
+                     f"step     6  loss {sum(losses[3:6]) / 3:.4f}"]
 
 
-def test_batch_larger_than_the_data_uses_all_of_it():
+def _spy_on_batches(monkeypatch) -> list[list[int]]:
+    """Record the row indices of every batch train_seq2seq draws (via SequencePairs.subset)."""
+    batches: list[list[int]] = []
+    original = SequencePairs.subset
+
+    def spy(self, index):
+        if isinstance(index, torch.Tensor):
+            batches.append(index.tolist())
+        return original(self, index)
+
+    monkeypatch.setattr(SequencePairs, "subset", spy)
+    return batches
+
+
+def test_batch_larger_than_the_data_is_cut_to_the_data_size(monkeypatch):
+    """batch_size=64 on 5 pairs: each batch has 5 rows (drawn with replacement, so not
+    necessarily all five pairs), all of them valid indices."""
     data = _reverse_data(5)
-    losses = train_seq2seq(_model(), data, steps=2, batch_size=64)
-    assert len(losses) == 2
+    batches = _spy_on_batches(monkeypatch)
+    losses = train_seq2seq(_model(), data, steps=3, batch_size=64)
+    assert len(losses) == 3
+    assert [len(b) for b in batches] == [5, 5, 5]
+    assert all(0 <= i < 5 for b in batches for i in b)
 
 
 def _train_by_hand(model, data, steps, batch_size, lr, clip, seed, pad_id=0,
@@ -121,35 +184,73 @@ def test_training_steps_equal_a_hand_written_adam_loop(clip):
         torch.testing.assert_close(p, q, atol=1e-10, rtol=0, msg=name)
 
 
-def test_gradients_are_clipped():
-    """Two runs that differ only in the clip norm end with different weights."""
+def _spy_on_adam(monkeypatch) -> list[float]:
+    """Record the total norm of the gradients Adam is handed at each step."""
+    norms: list[float] = []
+    original = torch.optim.Adam.step
+
+    def spy(self, *args, **kwargs):
+        grads = [p.grad for group in self.param_groups for p in group["params"]
+                 if p.grad is not None]
+        norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    return norms
+
+
+def test_the_optimizer_is_handed_gradients_clipped_to_norm_clip(monkeypatch):
+    """Adam's first step moves each weight by about lr whatever the gradient's size, so the
+    weights after runs with two clip values barely differ (9.6e-4 vs 1.0e-3 apart). So read
+    what Adam receives instead: with clip = 1e-3 every step's gradient norm is 1e-3 (up to
+    clip_grad_norm_'s 1e-6 guard), while the same first step unclipped is far larger."""
     data = _reverse_data(32)
-    runs = {}
-    for clip in (1e-3, 1e9):
-        model = _model().double()
-        train_seq2seq(model, data, steps=3, batch_size=8, lr=1e-2, clip=clip)
-        runs[clip] = torch.cat([p.detach().flatten() for p in model.parameters()])
-    assert float((runs[1e-3] - runs[1e9]).abs().max()) > 1e-4
+    norms = _spy_on_adam(monkeypatch)
+    train_seq2seq(_model().double(), data, steps=3, batch_size=8, lr=1e-2, clip=1e9)
+    raw = norms[:]
+    norms.clear()
+    clip = 1e-3
+    train_seq2seq(_model().double(), data, steps=3, batch_size=8, lr=1e-2, clip=clip)
+    assert len(raw) == len(norms) == 3
+    assert raw[0] > 100 * clip                                   # clipping has work to do
+    assert all(clip * (1 - 1e-4) < n <= clip for n in norms), norms
 
 
-def test_every_batch_is_drawn_from_the_whole_data_set():
+def test_training_loss_ignores_the_logits_at_padded_positions():
+    """A model that shouts the wrong token at every padded position (logits + 1e3 * token id)
+    trains exactly like the plain one: same losses, same weights. A loss that counted padding
+    would see losses of order 1e3."""
+    data = _reverse_data(64, seed=3)
+    # tgt_in = <bos> y_1..y_n <pad>..., tgt_out = y_1..y_n <eos> <pad>...: padded alike
+    assert torch.equal(data.tgt_in == VOCAB.pad_id, data.tgt_out == VOCAB.pad_id)
+    assert bool((data.tgt_out == VOCAB.pad_id).any())
+
+    class LoudAtPads(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, src, src_len, tgt_in):
+            logits, w = self.inner(src, src_len, tgt_in)               # (B, L_t, V)
+            pads = (tgt_in == VOCAB.pad_id)[..., None]                  # (B, L_t, 1)
+            return logits + 1e3 * pads * torch.arange(logits.shape[-1]), w
+
+    plain, loud = _model(seed=4).double(), LoudAtPads(_model(seed=4).double())
+    kwargs = {"steps": 3, "batch_size": 16, "lr": 0.01, "seed": 9}
+    assert train_seq2seq(loud, data, **kwargs) == pytest.approx(
+        train_seq2seq(plain, data, **kwargs), rel=1e-12)
+    for p, q in zip(plain.parameters(), loud.inner.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-12, rtol=0)
+
+
+def test_every_batch_is_drawn_from_the_whole_data_set(monkeypatch):
     """Batches are drawn with replacement from all N pairs: over many steps, every pair is
     seen (a loop that only ever used the first batch_size pairs would fail)."""
     data = _reverse_data(24)
-    seen = set()
-    original = SequencePairs.subset
-
-    def spy(self, index):
-        if isinstance(index, torch.Tensor):
-            seen.update(index.tolist())
-        return original(self, index)
-
-    SequencePairs.subset = spy
-    try:
-        train_seq2seq(_model(), data, steps=40, batch_size=4)
-    finally:
-        SequencePairs.subset = original
-    assert seen == set(range(24))
+    batches = _spy_on_batches(monkeypatch)
+    train_seq2seq(_model(), data, steps=40, batch_size=4)
+    assert len(batches) == 40 and all(len(b) == 4 for b in batches)
+    assert {i for b in batches for i in b} == set(range(24))
 
 
 @pytest.mark.parametrize(
@@ -205,6 +306,19 @@ def test_seq2seq_accuracy_hand_case():
     assert stub.calls == [(2, 4), (1, 4)]  # two batches, decoded for the padded target length
 
 
+def test_seq2seq_accuracy_does_not_score_padded_positions_even_when_predicted_pad():
+    """A model that predicts <pad> where the target pads gets no credit for it: the scores are
+    over real tokens only (1 of 2 here, not 3 of 4, and never above 1)."""
+    a, b = VOCAB.encode("ab")
+    eos, pad = VOCAB.eos_id, VOCAB.pad_id
+    tgt_out = torch.tensor([[a, eos, pad, pad], [b, a, b, eos]])
+    predicted = torch.tensor([[b, eos, pad, pad], [b, a, pad, pad]])
+    data = SequencePairs(torch.tensor([[0], [1]]), torch.tensor([1, 1]), tgt_out, tgt_out)
+    token_acc, exact = seq2seq_accuracy(_Stub(predicted), data)
+    torch.testing.assert_close(token_acc, torch.tensor([0.5, 0.5]))
+    assert exact.tolist() == [False, False]
+
+
 def test_seq2seq_accuracy_penalises_stopping_early():
     a, b = VOCAB.encode("ab")
     eos = VOCAB.eos_id
@@ -223,9 +337,12 @@ def test_seq2seq_accuracy_of_a_real_model_is_consistent_with_greedy_decode():
     assert ((token_acc >= 0) & (token_acc <= 1)).all()
     assert torch.equal(exact, token_acc == 1)
     tokens, _ = model.greedy_decode(data.src, data.src_len, data.tgt_out.shape[1], VOCAB.bos_id)
-    real = data.tgt_out != VOCAB.pad_id
-    expected = ((tokens == data.tgt_out) & real).sum(1) / real.sum(1)
-    torch.testing.assert_close(token_acc, expected)
+    # by hand, one example at a time: hits over the target's non-<pad> positions
+    for n, (said, target) in enumerate(zip(tokens.tolist(), data.tgt_out.tolist(), strict=True)):
+        scored = [t for t, y in enumerate(target) if y != VOCAB.pad_id]
+        hits = sum(said[t] == target[t] for t in scored)
+        assert float(token_acc[n]) == pytest.approx(hits / len(scored), abs=1e-7)
+        assert bool(exact[n]) == (hits == len(scored))
 
 
 # --- teacher_forced_loss -------------------------------------------------------------------
