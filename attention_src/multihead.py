@@ -292,7 +292,6 @@ class PerHeadMultiHeadAttention(nn.Module):
         return self.out_proj(concat), torch.stack(weights, dim=1)  # weights: (B, h, L_q, L_k)
 
 
-@torch.no_grad()
 def fuse_heads(per_head: PerHeadMultiHeadAttention) -> MultiHeadAttention:
     """A :class:`MultiHeadAttention` computing exactly what ``per_head`` computes.
 
@@ -305,23 +304,24 @@ def fuse_heads(per_head: PerHeadMultiHeadAttention) -> MultiHeadAttention:
             "fuse_heads takes a PerHeadMultiHeadAttention (one module per head), got "
             f"{type(per_head).__name__}"
         )
-    bias = per_head.out_proj.bias is not None
-    fused = MultiHeadAttention(per_head.embed_dim, per_head.num_heads, bias=bias,
-                               kdim=per_head.kdim, vdim=per_head.vdim, dropout=per_head.dropout)
-    fused.train(per_head.training)
-    ref_weight = per_head.out_proj.weight  # the fused copy keeps per_head's dtype and device
-    fused = fused.to(device=ref_weight.device, dtype=ref_weight.dtype)
-    for role in ("q_proj", "k_proj", "v_proj"):
-        target = getattr(fused, role)
-        parts = [getattr(h, role) for h in per_head.heads]
-        target.weight.copy_(torch.cat([p.weight for p in parts], dim=0))  # h x (d_head, in)
-        if bias:
-            target.bias.copy_(torch.cat([p.bias for p in parts], dim=0))  # h x (d_head,)
-    fused.out_proj.load_state_dict(per_head.out_proj.state_dict())
-    return fused
+    # a context manager, not a decorator: mutmut (make mutate) skips decorated functions
+    with torch.no_grad():
+        bias = per_head.out_proj.bias is not None
+        fused = MultiHeadAttention(per_head.embed_dim, per_head.num_heads, bias=bias,
+                                   kdim=per_head.kdim, vdim=per_head.vdim, dropout=per_head.dropout)
+        fused.train(per_head.training)
+        ref_weight = per_head.out_proj.weight  # the fused copy keeps per_head's dtype and device
+        fused = fused.to(device=ref_weight.device, dtype=ref_weight.dtype)
+        for role in ("q_proj", "k_proj", "v_proj"):
+            target = getattr(fused, role)
+            parts = [getattr(h, role) for h in per_head.heads]
+            target.weight.copy_(torch.cat([p.weight for p in parts], dim=0))  # h x (d_head, in)
+            if bias:
+                target.bias.copy_(torch.cat([p.bias for p in parts], dim=0))  # h x (d_head,)
+        fused.out_proj.load_state_dict(per_head.out_proj.state_dict())
+        return fused
 
 
-@torch.no_grad()
 def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """PyTorch's ``nn.MultiheadAttention(batch_first=True)`` with ``mha``'s weights, dtype and
     train/eval mode.
@@ -334,18 +334,19 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         raise TypeError(
             f"to_torch_multihead takes a MultiHeadAttention, got {type(mha).__name__}{hint}"
         )
-    bias = mha.out_proj.bias is not None
-    ref = nn.MultiheadAttention(mha.embed_dim, mha.num_heads, bias=bias, kdim=mha.kdim,
-                                vdim=mha.vdim, batch_first=True, dropout=mha.dropout)
-    ref = ref.to(mha.q_proj.weight.dtype).train(mha.training)  # same dtype, same mode
-    weights = [mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]
-    if ref._qkv_same_embed_dim:
-        ref.in_proj_weight.copy_(torch.cat(weights, dim=0))  # 3 x (E, E) -> (3E, E)
-    else:
-        ref.q_proj_weight.copy_(weights[0])
-        ref.k_proj_weight.copy_(weights[1])
-        ref.v_proj_weight.copy_(weights[2])
-    if bias:
-        ref.in_proj_bias.copy_(torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias]))
-    ref.out_proj.load_state_dict(mha.out_proj.state_dict())
-    return ref
+    with torch.no_grad():  # not a decorator: mutmut skips decorated functions
+        bias = mha.out_proj.bias is not None
+        ref = nn.MultiheadAttention(mha.embed_dim, mha.num_heads, bias=bias, kdim=mha.kdim,
+                                    vdim=mha.vdim, batch_first=True, dropout=mha.dropout)
+        ref = ref.to(mha.q_proj.weight.dtype).train(mha.training)  # same dtype, same mode
+        weights = [mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]
+        if ref._qkv_same_embed_dim:
+            ref.in_proj_weight.copy_(torch.cat(weights, dim=0))  # 3 x (E, E) -> (3E, E)
+        else:
+            ref.q_proj_weight.copy_(weights[0])
+            ref.k_proj_weight.copy_(weights[1])
+            ref.v_proj_weight.copy_(weights[2])
+        if bias:
+            ref.in_proj_bias.copy_(torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias]))
+        ref.out_proj.load_state_dict(mha.out_proj.state_dict())
+        return ref

@@ -177,25 +177,25 @@ class Seq2Seq(nn.Module):
         logits, weights, _ = self.decoder(tgt_in, annotations, summary, src_len)
         return logits, weights
 
-    @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, src_len: torch.Tensor, steps: int, bos_id: int):
         """Decode ``steps`` tokens, feeding back each step's most likely token.
 
         Returns:
             tokens: ``(B, steps)`` long; weights: ``(B, steps, L_k)`` or ``None``.
         """
-        check_positive_int("steps", steps)
-        annotations, summary = self.encoder(src, src_len)
-        y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-        state, tokens, weights = None, [], []
-        for _ in range(steps):
-            logits, alpha, state = self.decoder(y, annotations, summary, src_len, state=state)
-            y = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
-            tokens.append(y)
-            if alpha is not None:
-                weights.append(alpha)
-        tokens = torch.cat(tokens, dim=1)
-        return tokens, (torch.cat(weights, dim=1) if weights else None)
+        with torch.no_grad():
+            check_positive_int("steps", steps)
+            annotations, summary = self.encoder(src, src_len)
+            y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+            state, tokens, weights = None, [], []
+            for _ in range(steps):
+                logits, alpha, state = self.decoder(y, annotations, summary, src_len, state=state)
+                y = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+                tokens.append(y)
+                if alpha is not None:
+                    weights.append(alpha)
+            tokens = torch.cat(tokens, dim=1)
+            return tokens, (torch.cat(weights, dim=1) if weights else None)
 
 
 def build_gru_seq2seq(

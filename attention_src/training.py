@@ -53,7 +53,6 @@ def train_seq2seq(
     return losses
 
 
-@torch.no_grad()
 def teacher_forced_loss(
     model: nn.Module, data: SequencePairs, pad_id: int = 0, batch_size: int = 512
 ) -> float:
@@ -69,23 +68,23 @@ def teacher_forced_loss(
     Returns:
         the mean over the real target tokens, a Python float.
     """
-    check_positive_int("batch_size", batch_size)
-    if len(data) == 0:
-        raise ValueError("data is empty: no target token to score")
-    model.eval()
-    total, count = 0.0, 0
-    for start in range(0, len(data), batch_size):
-        batch = data.subset(slice(start, start + batch_size))
-        logits, _ = model(batch.src, batch.src_len, batch.tgt_in)  # (B, L_t, V)
-        total += float(F.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
-                                       ignore_index=pad_id, reduction="sum"))
-        count += int((batch.tgt_out != pad_id).sum())
-    if count == 0:
-        raise ValueError(f"every target token of data is pad_id={pad_id}: nothing to score")
-    return total / count
+    with torch.no_grad():
+        check_positive_int("batch_size", batch_size)
+        if len(data) == 0:
+            raise ValueError("data is empty: no target token to score")
+        model.eval()
+        total, count = 0.0, 0
+        for start in range(0, len(data), batch_size):
+            batch = data.subset(slice(start, start + batch_size))
+            logits, _ = model(batch.src, batch.src_len, batch.tgt_in)  # (B, L_t, V)
+            total += float(F.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
+                                           ignore_index=pad_id, reduction="sum"))
+            count += int((batch.tgt_out != pad_id).sum())
+        if count == 0:
+            raise ValueError(f"every target token of data is pad_id={pad_id}: nothing to score")
+        return total / count
 
 
-@torch.no_grad()
 def seq2seq_accuracy(
     model: nn.Module, data: SequencePairs, bos_id: int = 1, pad_id: int = 0,
     batch_size: int = 512,
@@ -99,16 +98,18 @@ def seq2seq_accuracy(
         token_accuracy: ``(N,)`` fraction of each target's tokens predicted correctly.
         exact: ``(N,)`` bool, True where the whole target was right.
     """
-    model.eval()
-    token_acc, exact = [], []
-    for start in range(0, len(data), batch_size):
-        batch = data.subset(slice(start, start + batch_size))
-        tokens, _ = model.greedy_decode(batch.src, batch.src_len, batch.tgt_out.shape[1], bos_id)
-        real = batch.tgt_out != pad_id  # (B, L_t)
-        correct = (tokens == batch.tgt_out) & real
-        token_acc.append(correct.sum(1) / real.sum(1))
-        exact.append(correct.sum(1) == real.sum(1))
-    return torch.cat(token_acc), torch.cat(exact)
+    with torch.no_grad():
+        model.eval()
+        token_acc, exact = [], []
+        for start in range(0, len(data), batch_size):
+            batch = data.subset(slice(start, start + batch_size))
+            steps = batch.tgt_out.shape[1]
+            tokens, _ = model.greedy_decode(batch.src, batch.src_len, steps, bos_id)
+            real = batch.tgt_out != pad_id  # (B, L_t)
+            correct = (tokens == batch.tgt_out) & real
+            token_acc.append(correct.sum(1) / real.sum(1))
+            exact.append(correct.sum(1) == real.sum(1))
+        return torch.cat(token_acc), torch.cat(exact)
 
 
 def mean_by_length(

@@ -263,17 +263,17 @@ class DecoderBlock(_Block):
         return x
 
 
-@torch.no_grad()
 def _copy_common(block: _Block, ref: nn.Module) -> nn.Module:
     """Copy what both layers share (self-attention, feed-forward, norm1, norm2); same dtype,
     device and train/eval mode as ``block``."""
-    weight = block.linear1.weight
-    ref = ref.to(device=weight.device, dtype=weight.dtype).train(block.training)
-    # in_proj_weight (3E, E) = [W_q; W_k; W_v] rows, as to_torch_multihead packs them
-    ref.self_attn.load_state_dict(to_torch_multihead(block.self_attn).state_dict())
-    for name in ("linear1", "linear2", "norm1", "norm2"):
-        getattr(ref, name).load_state_dict(getattr(block, name).state_dict())
-    return ref
+    with torch.no_grad():
+        weight = block.linear1.weight
+        ref = ref.to(device=weight.device, dtype=weight.dtype).train(block.training)
+        # in_proj_weight (3E, E) = [W_q; W_k; W_v] rows, as to_torch_multihead packs them
+        ref.self_attn.load_state_dict(to_torch_multihead(block.self_attn).state_dict())
+        for name in ("linear1", "linear2", "norm1", "norm2"):
+            getattr(ref, name).load_state_dict(getattr(block, name).state_dict())
+        return ref
 
 
 def to_torch_encoder_layer(block: EncoderBlock) -> nn.TransformerEncoderLayer:
