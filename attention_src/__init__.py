@@ -6,19 +6,21 @@ independent reference (PyTorch's own implementations or hand-computed examples).
 Modules, one concept each: ``softmax`` (softmax and masks, including ``band_mask``),
 ``scoring`` (scoring functions), ``attention`` (scaled dot-product attention),
 ``kernel_regression`` (Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head
-attention), ``positional`` (sinusoidal encoding, rotary embedding), ``transformer`` (encoder and
-decoder blocks), ``efficient`` (online softmax, blockwise and grouped-query attention, the KV
-cache, chapter 9), ``numpy_ref`` (NumPy versions), ``plotting`` (``show_heatmaps``), ``utils``
-(seeding), ``validation`` (input checks). Imported as modules, for the experiments of one or two
-chapters: ``data`` (generated data sets), ``seq2seq`` (recurrent encoder-decoders),
-``training`` (training loops), ``windowed`` (banded attention that computes only the band,
-chapter 4), ``order_task`` (chapter 4's previous-token experiment), ``head_metrics`` (what
-heads do, chapter 5), ``language_model`` (an attention-only causal Transformer and its head
-scores, chapter 6), ``compare`` (self-attention, recurrent and convolutional layers, their
-FLOPs and path lengths, chapter 7), ``graph`` (graph attention, GAT and GATv2 computed as
-PyTorch Geometric's ``GATConv`` and ``GATv2Conv``, chapter 8; its layers and dense-view helpers
-are also exported here), ``graph_tasks`` (chapter 8's graphs, lookup task, node classifiers
-and attention measurements): ``from attention_src import data, seq2seq, training``.
+attention), ``positional`` (sinusoidal encoding, rotary embedding), ``transformer`` (encoder
+and decoder blocks), ``efficient`` (online softmax, blockwise and grouped-query attention, the
+KV cache, chapter 9), ``profiling`` (exact memory and multiply-add counts of tensor code, CPU
+timings and log-log slopes, chapter 9), ``numpy_ref`` (NumPy versions), ``plotting`` (the
+figure style and ``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks).
+Imported as modules, for the experiments of one or two chapters: ``data`` (generated data
+sets), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops), ``windowed``
+(banded attention that computes only the band, chapter 4), ``order_task`` (chapter 4's
+previous-token experiment), ``head_metrics`` (what heads do, chapter 5), ``language_model`` (an
+attention-only causal Transformer and its head scores, chapter 6), ``compare`` (self-attention,
+recurrent and convolutional layers, their FLOPs and path lengths, chapter 7), ``graph`` (graph
+attention, GAT and GATv2 computed as PyTorch Geometric's ``GATConv`` and ``GATv2Conv``, chapter
+8; its layers and dense-view helpers are also exported here), ``graph_tasks`` (chapter 8's
+graphs, lookup task, node classifiers and attention measurements): ``from attention_src import
+data, seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
@@ -47,6 +49,7 @@ from attention_src.multihead import (
 )
 from attention_src.plotting import OKABE_ITO, apply_book_style, show_heatmaps
 from attention_src.positional import apply_rotary, sinusoidal_positional_encoding
+from attention_src.profiling import TensorMemory, matmul_macs, peak_bytes
 from attention_src.scoring import (
     AdditiveScore,
     Attention,
@@ -94,6 +97,7 @@ __all__ = [
     "ScaledDotScore",
     "Score",
     "SelfAttention",
+    "TensorMemory",
     "UniformScore",
     "apply_book_style",
     "apply_rotary",
@@ -110,9 +114,11 @@ __all__ = [
     "kv_cache_bytes",
     "lengths_to_mask",
     "masked_softmax",
+    "matmul_macs",
     "nadaraya_watson",
     "online_softmax",
     "online_softmax_stats",
+    "peak_bytes",
     "scaled_dot_product_attention",
     "set_seed",
     "show_heatmaps",

@@ -8,7 +8,9 @@ grows like ``L**2``. The functions here compute the same result without that mat
   blocks of the last axis, keeping a running maximum ``m`` and a running sum ``s`` of
   ``exp(x - m)`` (Milakov & Gimelshein, 2018), then normalising.
 * :func:`blockwise_attention`: the algorithm of FlashAttention (Dao et al., 2022) in plain
-  PyTorch. Queries are cut into blocks of ``query_block_size`` rows and keys and values into
+  PyTorch, in the loop order of FlashAttention-2 (Dao, 2023): query blocks outside, one
+  division at the end, causal tiles above the diagonal skipped. Queries are cut into blocks of
+  ``query_block_size`` rows and keys and values into
   blocks of ``block_size`` rows; for each query block a loop over the key blocks keeps the
   running maximum, the running sum and an un-normalised output, rescaling the last two by
   ``exp(m_old - m_new)`` whenever the maximum grows. Only a ``(query_block_size,
@@ -232,7 +234,9 @@ def blockwise_attention(
 ):
     """Scaled dot-product attention computed tile by tile, never holding ``(L_q, L_k)`` scores.
 
-    The algorithm of FlashAttention (Dao et al., 2022) in plain PyTorch. For each block of
+    The algorithm of FlashAttention (Dao et al., 2022) in plain PyTorch, with the loop order
+    of FlashAttention-2 (Dao, 2023; FlashAttention-1 loops over key blocks outside and
+    rescales the output at every step). For each block of
     ``query_block_size`` queries, loop over the blocks of ``block_size`` keys and values,
     keeping per query a running maximum ``m``, a running sum ``s`` and an un-normalised output
     ``o``. A tile of scores ``S = Q_b K_b^T * scale`` updates them as
@@ -376,14 +380,14 @@ class KVCache:
     """The keys and values one attention layer has seen, for step-by-step decoding.
 
     :meth:`append` adds the keys and values of ``t`` new positions and returns those of all
-    ``T`` positions so far, so a new query attends to the whole prefix without recomputing
+    ``n`` positions so far, so a new query attends to the whole prefix without recomputing
     its keys and values. With ``max_len`` the storage ``(B, h_kv, max_len, d)`` is allocated
     at the first append; without it, the storage doubles when full (amortised constant cost
     per position; ``torch.cat`` at every step would copy the whole cache each time).
 
     Attributes:
-        length: the number of positions ``T`` held.
-        nbytes: bytes of the keys and values held (``T`` positions), what the cache costs.
+        length: the number of positions ``n`` held.
+        nbytes: bytes of the keys and values held (``n`` positions), what the cache costs.
         allocated_nbytes: bytes of the storage reserved (``>= nbytes``).
     """
 
@@ -412,7 +416,7 @@ class KVCache:
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add ``key: (B, h_kv, t, d_k)`` and ``value: (B, h_kv, t, d_v)``; return all keys
-        ``(B, h_kv, T, d_k)`` and values ``(B, h_kv, T, d_v)`` so far (views of the cache)."""
+        ``(B, h_kv, n, d_k)`` and values ``(B, h_kv, n, d_v)`` so far (views of the cache)."""
         check_tensor("key", key, min_rank=4)
         check_tensor("value", value, min_rank=4)
         if key.dim() != 4 or value.dim() != 4:
@@ -471,8 +475,8 @@ def _check_model(model: object):
 
 
 def _forward_cached(model, tokens: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
-    """Logits ``(B, t, V)`` of ``t`` new tokens ``(B, t)`` at positions ``T .. T + t - 1``,
-    appending their keys and values to ``caches`` (one per layer; ``T`` = what they hold)."""
+    """Logits ``(B, t, V)`` of ``t`` new tokens ``(B, t)`` at positions ``n .. n + t - 1``,
+    appending their keys and values to ``caches`` (one per layer; ``n`` = what they hold)."""
     B, t = tokens.shape
     start = caches[0].length
     positions = torch.arange(start, start + t, device=tokens.device)  # (t,)
@@ -480,13 +484,13 @@ def _forward_cached(model, tokens: torch.Tensor, caches: list[KVCache]) -> torch
     # new query start + a sees keys j <= start + a: all cached keys and a causal part
     mask = None
     if t > 1:
-        keys_pos = torch.arange(start + t, device=tokens.device)  # (T + t,)
-        mask = keys_pos <= positions.unsqueeze(-1)  # (t, T + t)
+        keys_pos = torch.arange(start + t, device=tokens.device)  # (n + t,)
+        mask = keys_pos <= positions.unsqueeze(-1)  # (t, n + t)
     for layer, cache in zip(model.layers, caches, strict=True):
         q = layer._split_heads(layer.q_proj(x))  # (B, t, E) -> (B, h, t, d)
         k = layer._split_heads(layer.k_proj(x))  # (B, h, t, d)
         v = layer._split_heads(layer.v_proj(x))  # (B, h, t, d)
-        keys, values = cache.append(k, v)  # (B, h, T + t, d) each
+        keys, values = cache.append(k, v)  # (B, h, n + t, d_head) each
         heads, _ = scaled_dot_product_attention(q, keys, values, mask)  # (B, h, t, d)
         # (B, h, t, d) -> (B, t, h, d) -> (B, t, E)
         concat = heads.transpose(1, 2).reshape(B, t, model.embed_dim)
@@ -498,11 +502,11 @@ def generate(model, tokens: torch.Tensor, n_new: int, use_cache: bool = True,
              timings: list[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding of ``n_new`` tokens, with or without a KV cache.
 
-    Without the cache, step ``n`` runs the whole model on all ``L_0 + n`` tokens so far and
+    Without the cache, step ``k`` runs the whole model on all ``L_0 + k`` tokens so far and
     keeps the last position's logits: the keys and values of the prefix are recomputed at
-    every step, ``O(T**2)`` work per step for a length ``T``. With it, the prompt is run once
+    every step, ``O(n**2)`` work per step for a length ``n``. With it, the prompt is run once
     (filling one :class:`KVCache` per layer) and each later step runs the model on the newest
-    token only, its query attending to the cached keys and values: ``O(T)`` per step. Both
+    token only, its query attending to the cached keys and values: ``O(n)`` per step. Both
     give the same logits up to rounding, so the same tokens.
 
     Args:

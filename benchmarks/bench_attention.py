@@ -10,10 +10,14 @@ without autograd:
 * ``blockwise``: ``attention_src.blockwise_attention`` with its default tile sizes;
 * ``fused``: ``torch.nn.functional.scaled_dot_product_attention``, PyTorch's fused CPU kernel.
 
-Time: the median over repeats (7 up to L = 1024, 5 up to 4096, a single call at 8192), the
-methods interleaved within each repeat (fused, plain, book, blockwise, fused, ...) after one
-warm-up call each (none at 8192), so machine load hits all of them alike; reported also as a
-ratio to ``fused`` measured in the same run. Every output is checked against fused's (1e-5).
+Time: CPU time of the calling thread (``time.thread_time``), not wall-clock time: with one
+thread (``OMP_NUM_THREADS=1``, as ``make bench`` sets) every operator runs in this thread, and
+the time other processes hold the core is not counted, so a busy shared machine does not
+inflate it (it still slows each call a little, through shared caches and memory bandwidth).
+The median over repeats (7 up to L = 1024, 5 up to 4096, 3 at 8192), the methods interleaved
+within each repeat (fused, plain, book, blockwise, fused, ...) after one warm-up call each, so
+what load remains hits all of them alike; reported also as a ratio to ``fused`` measured in
+the same run. Every output is checked against fused's (1e-5).
 
 Peak extra memory: measured as resident memory (RSS), in a separate child process (one
 import, not one process per case): glibc's ``mallopt`` fixes the mmap threshold at 64 KiB so
@@ -26,14 +30,22 @@ memory in the child.
 
 Writes ``benchmarks/results/attention.csv`` (one row per method, L and causal),
 ``attention.png`` (log-log time and memory against L) and ``attention_meta.json`` (date,
-commit, load, threads, the GFLOP/s of a plain ``(4096, 64) @ (64, 4096)`` matmul, targets).
+``git describe --always --dirty``, the files ``git status`` reports as changed or untracked,
+the SHA-256 of ``attention_src/efficient.py``, the clock, load, threads, the GFLOP/s of a
+plain ``(4096, 64) @ (64, 4096)`` matmul, targets).
 Targets, printed with whether they hold: blockwise time <= 1.3x fused at L = 4096 (causal and
 not; 1.2x is the aim) and blockwise peak extra memory at L = 8192 <= 1/8 of plain's.
 
-Usage: python benchmarks/bench_attention.py [--lengths 256 512 ...] [--quick]
+``benchmarks/results/`` is not tracked by git. Chapter 9 reads a tracked snapshot,
+``book/data/ch09_bench_attention.csv`` and ``ch09_bench_attention_meta.json``, written only
+by the explicit step ``python benchmarks/bench_attention.py --snapshot`` (a copy of the last
+full run's files); after a snapshot, re-execute the chapter (``make execute
+NB=book/09_efficient_attention.ipynb``), as after retraining a model.
+
+Usage: python benchmarks/bench_attention.py [--lengths 256 512 ...] [--quick] [--snapshot]
 (a run with other lengths than the default 256 .. 8192 prints its figures but writes nothing)
-Run with OMP_NUM_THREADS=1 (as ``make bench`` does); a whole run takes about 3 minutes on an
-idle 2-core machine, up to 6 under load.
+Run with OMP_NUM_THREADS=1 (as ``make bench`` does); a whole run takes about 5 minutes on an
+idle 2-core machine, up to 8 under load.
 """
 
 from __future__ import annotations
@@ -42,9 +54,11 @@ import argparse
 import csv
 import ctypes
 import datetime
+import hashlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,13 +75,17 @@ METHODS = ("plain", "book", "blockwise", "fused")
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TIME_TARGET, TIME_AIM, MEMORY_TARGET = 1.3, 1.2, 1 / 8
 RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOT = {"attention.csv": ROOT / "book" / "data" / "ch09_bench_attention.csv",
+            "attention_meta.json": ROOT / "book" / "data" / "ch09_bench_attention_meta.json"}
+CLOCK = "time.thread_time (CPU time of the calling thread; one thread)"
 # Okabe-Ito colours, one per method
 COLOURS = {"plain": "#D55E00", "book": "#E69F00", "blockwise": "#0072B2", "fused": "#009E73"}
 
 
 def repeats_for(length: int) -> int:
-    """Fewer repeats where one call takes seconds (the whole run stays within ~5 minutes)."""
-    return 7 if length <= 1024 else 5 if length <= 4096 else 1
+    """Fewer repeats where one call takes seconds (the whole run stays within ~6 minutes)."""
+    return 7 if length <= 1024 else 5 if length <= 4096 else 3
 
 
 def make_inputs(length: int, causal: bool, seed: int = 0):
@@ -109,16 +127,15 @@ def time_cases(length: int, causal: bool, repeats: int) -> dict[str, float]:
     q, k, v, mask = make_inputs(length, causal)
     calls = {m: make_call(m, q, k, v, mask, causal) for m in METHODS}
     order = ["fused"] + [m for m in METHODS if m != "fused"]  # the reference first
-    if repeats > 1:  # warm-up (skipped where one call takes seconds: 1 repeat, L = 8192)
-        for m in order:
-            calls[m]()
+    for m in order:  # warm-up: first-call allocations and caches are not timed
+        calls[m]()
     times: dict[str, list[float]] = {m: [] for m in METHODS}
     ref = None
     for r in range(repeats):
         for m in order:
-            start = time.perf_counter()
+            start = time.thread_time()  # CPU time of this thread (see the docstring)
             out = calls[m]()
-            times[m].append(time.perf_counter() - start)
+            times[m].append(time.thread_time() - start)
             out = out[0] if isinstance(out, tuple) else out
             if r == 0 and m == "fused":
                 ref = out
@@ -136,9 +153,9 @@ def matmul_gflops(repeats: int = 7) -> float:
     a @ b
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.thread_time()
         a @ b
-        times.append(time.perf_counter() - start)
+        times.append(time.thread_time() - start)
     return 2 * 4096 * 4096 * 64 / statistics.median(times) / 1e9
 
 
@@ -184,13 +201,33 @@ def measure_memory(lengths: list[int]) -> dict[str, float]:
 # ----------------------------------------------------------------------------- reporting
 
 
-def _git_commit() -> str:
+def _git(*args: str) -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, cwd=Path(__file__).parent, check=True)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT,
+                             check=True)
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def provenance() -> dict:
+    """What code produced the numbers: ``git describe --always --dirty``, the files git
+    reports as modified or untracked, and the SHA-256 of the blockwise implementation."""
+    source = ROOT / "attention_src" / "efficient.py"
+    status = _git("status", "--porcelain", "--untracked-files=all")
+    return {"commit": _git("describe", "--always", "--dirty"),
+            "git_status": status.splitlines() if status != "unknown" else ["unknown"],
+            "efficient_py_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
+
+
+def snapshot() -> None:
+    """Copy the last full run's CSV and metadata into book/data/ for chapter 9."""
+    for name, target in SNAPSHOT.items():
+        if not (RESULTS / name).exists():
+            sys.exit(f"no {RESULTS / name}: run the full benchmark first")
+        shutil.copyfile(RESULTS / name, target)
+        print(f"copied {RESULTS / name} -> {target.relative_to(ROOT)}")
+    print("now re-execute chapter 9: make execute NB=book/09_efficient_attention.ipynb")
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -213,7 +250,7 @@ def plot(rows: list[dict], path: Path) -> None:
                 axes[1].plot(*zip(*mem, strict=True), style, marker="o", color=COLOURS[m],
                              label=label)
     axes[0].set(xscale="log", yscale="log", xlabel="sequence length L (tokens)",
-                ylabel="median time per call (s)", title="Time, 8 heads, d = 64, float32")
+                ylabel="median CPU time per call (s)", title="Time, 8 heads, d = 64, float32")
     axes[1].set(xscale="log", yscale="log", xlabel="sequence length L (tokens)",
                 ylabel="peak extra memory (MiB)", title="Peak extra resident memory")
     for ax in axes:
@@ -234,7 +271,12 @@ def main() -> None:
     p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--plot-only", action="store_true",
                    help="redraw attention.png from the stored attention.csv")
+    p.add_argument("--snapshot", action="store_true",
+                   help="copy the last full run's results into book/data/ for chapter 9")
     args = p.parse_args()
+    if args.snapshot:
+        snapshot()
+        return
     if args.plot_only:
         with open(RESULTS / "attention.csv") as f:
             rows = [{**r, "L": int(r["L"]), "causal": r["causal"] == "True",
@@ -250,7 +292,7 @@ def main() -> None:
     started = time.perf_counter()
     load = os.getloadavg()
     print(f"attention: batch 1, {HEADS} heads, d {D}, float32, {torch.get_num_threads()} "
-          f"thread(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+          f"thread(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; clock {CLOCK}")
     child = subprocess.run([sys.executable, __file__, "--memory-child", "--lengths",
                             *map(str, lengths)], capture_output=True, text=True, check=True)
     memory = json.loads(child.stdout.strip().splitlines()[-1])
@@ -329,7 +371,7 @@ def report(rows, lengths, gflops_matmul, load, started, partial) -> None:
     load_end = os.getloadavg()
     meta = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": _git_commit(), "threads": torch.get_num_threads(),
+        **provenance(), "clock": CLOCK, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "heads": HEADS, "d": D, "batch": 1,
         "load_average_start": load, "load_average_end": load_end,
         "matmul_4096x64x4096_gflops": gflops_matmul, "targets": targets,
@@ -341,7 +383,8 @@ def report(rows, lengths, gflops_matmul, load, started, partial) -> None:
         return
     (RESULTS / "attention_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(f"load average at the end {load_end[0]:.2f}; wrote {RESULTS}/attention.csv, "
-          f"attention.png, attention_meta.json ({meta['seconds']:.0f} s)")
+          f"attention.png, attention_meta.json ({meta['seconds']:.0f} s); chapter 9 reads "
+          f"book/data/, updated only by --snapshot")
 
 
 if __name__ == "__main__":

@@ -449,3 +449,67 @@ def test_generate_rejects_an_empty_prompt_and_a_bad_timings_argument():
         generate(model, torch.zeros(1, 0, dtype=torch.long), 2)
     with pytest.raises(TypeError, match="timings must be a list or None, got tuple"):
         generate(model, torch.zeros(1, 3, dtype=torch.long), 2, timings=())
+
+
+# ------------------------------------------------- planted bugs the tests above did not catch
+
+
+def test_kv_cache_rejects_a_dtype_other_than_its_own():
+    # a float32 append into a float64 cache must not be cast silently
+    cache = KVCache()
+    cache.append(randn(0, 1, 2, 3, 4), randn(1, 1, 2, 3, 4))  # float64
+    with pytest.raises(ValueError, match=r"\(torch.float32\) do not match .*\(torch.float64\)"):
+        cache.append(randn(2, 1, 2, 1, 4, dtype=torch.float32),
+                     randn(3, 1, 2, 1, 4, dtype=torch.float32))
+    assert cache.length == 3  # nothing was appended
+
+
+def test_kv_cache_rejects_a_value_width_other_than_its_own():
+    cache = KVCache()
+    cache.append(randn(0, 1, 2, 3, 4), randn(1, 1, 2, 3, 6))  # d_k = 4, d_v = 6
+    with pytest.raises(ValueError, match=r"value \(1, 2, 1, 5\).*do not match"):
+        cache.append(randn(2, 1, 2, 1, 4), randn(3, 1, 2, 1, 5))
+
+
+def test_kv_cache_doubles_its_storage_when_full():
+    # amortised growth: the capacity doubles (from 16), it does not grow to the exact length
+    cache = KVCache()
+    capacities = []
+    for step in range(100):
+        cache.append(randn(step, 1, 1, 1, 2), randn(step + 1, 1, 1, 1, 2))
+        capacity = cache.allocated_nbytes // (2 * 2 * 8)  # 1 head, d = 2, float64
+        if not capacities or capacities[-1] != capacity:
+            capacities.append(capacity)
+    assert capacities == [16, 32, 64, 128]
+    assert cache.length == 100 and cache.nbytes == 100 * 2 * 2 * 8
+
+
+def test_generate_accepts_the_longest_legal_request():
+    # the prompt and the generated tokens but the last are fed to the model:
+    # L_0 + n_new - 1 = max_len is allowed, one more token is not
+    torch.manual_seed(0)
+    model = AttentionOnlyTransformer(5, 8, 2, 1, max_len=10)
+    prompt = torch.zeros(1, 4, dtype=torch.long)
+    for use_cache in (True, False):
+        tokens, logits = generate(model, prompt, 7, use_cache=use_cache)
+        assert tokens.shape == (1, 11) and logits.shape == (1, 7, 5)
+    with pytest.raises(ValueError, match="prompt length 4 \\+ n_new 8 - 1 exceeds"):
+        generate(model, prompt, 8)
+
+
+def test_gqa_rejects_zero_key_value_heads_bad_blocks_and_scale():
+    q, k, v = randn(0, 2, 4, 5, 3), randn(1, 2, 2, 7, 3), randn(2, 2, 2, 7, 3)
+    with pytest.raises(ValueError, match=r"h = 4 must be a multiple of .* h_kv = 0"):
+        grouped_query_attention(q, k[:, :0], v[:, :0])
+    with pytest.raises(ValueError, match="block_size must be positive, got 0"):
+        grouped_query_attention(q, k, v, block_size=0)
+    with pytest.raises(ValueError, match="query_block_size must be positive, got -2"):
+        grouped_query_attention(q, k, v, query_block_size=-2)
+    with pytest.raises(TypeError, match="scale must be a float or None, got str"):
+        grouped_query_attention(q, k, v, scale="0.5")
+
+
+def test_blockwise_rejects_a_non_bool_return_counts():
+    q, k, v = _qkv(31, (), 4, 4)
+    with pytest.raises(TypeError, match="return_counts must be a bool, got int"):
+        blockwise_attention(q, k, v, return_counts=1)
