@@ -19,7 +19,8 @@ attention-only causal Transformer and its head scores, chapter 6), ``compare`` (
 recurrent and convolutional layers, their FLOPs and path lengths, chapter 7), ``graph`` (graph
 attention, GAT and GATv2 computed as PyTorch Geometric's ``GATConv`` and ``GATv2Conv``, chapter
 8; its layers and dense-view helpers are also exported here), ``graph_tasks`` (chapter 8's
-graphs, lookup task, node classifiers and attention measurements): ``from attention_src import
+graphs, lookup task, node classifiers and attention measurements), ``stats`` (standard errors,
+t-intervals and safe rounding of the chapters' measurements): ``from attention_src import
 data, seq2seq, training``.
 """
 

@@ -14,6 +14,9 @@ feature pair ``(x[2i], x[2i+1])`` of the vector at position ``m`` is rotated by 
 ``m * theta_i`` with ``theta_i = 10000^(-2i/d)``, the same frequencies as the sinusoidal table.
 Because rotations compose, ``rot(q, m) . rot(k, n)`` depends on the positions only through
 ``m - n``.
+
+The same rotations move the sinusoidal table: ``PE[pos + k] = PE[pos] @ R_k`` for every ``pos``,
+with ``R_k = shift_rotation(k, d)`` block diagonal (row vectors, as everywhere in the book).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 
 from attention_src.validation import check_positive_int, check_tensor
 
-__all__ = ["sinusoidal_positional_encoding", "apply_rotary"]
+__all__ = ["sinusoidal_positional_encoding", "shift_rotation", "apply_rotary"]
 
 
 def _check_base(base: object) -> float:
@@ -62,6 +65,41 @@ def sinusoidal_positional_encoding(
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe[:, :dim].to(dtype)
+
+
+def shift_rotation(
+    k: int, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """The matrix ``R_k`` that moves the sinusoidal encoding ``k`` positions on.
+
+    ``PE[pos + k] = PE[pos] @ R_k`` for every ``pos`` (row vectors), with ``PE`` from
+    ``sinusoidal_positional_encoding(length, dim, base)``. ``R_k`` is block diagonal: block
+    ``i`` (rows and columns ``2i, 2i+1``) is ``[[cos b, -sin b], [sin b, cos b]]`` with
+    ``b = k / base^(2i / dim)``. It is orthogonal and ``R_{-k} = R_k^T``.
+
+    Args:
+        k: the shift in positions, any int (negative moves back).
+        dim: encoding width ``d``, positive and even (an odd ``d`` has a sine column
+            without its cosine, which no linear map of that column moves).
+        base: the ``10000`` of the formula; positive and finite.
+        dtype: floating dtype of the result.
+
+    Returns:
+        ``R_k``: ``(dim, dim)``.
+    """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    check_positive_int("dim", dim)
+    if dim % 2:
+        raise ValueError(f"dim must be even (sine and cosine pairs), got {dim}")
+    _check_base(base)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64)  # (d/2,)
+    angle = int(k) / base ** (two_i / dim)  # (d/2,): b_i
+    c, s = angle.cos(), angle.sin()  # (d/2,) each
+    blocks = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (d/2, 2, 2)
+    return torch.block_diag(*blocks).to(dtype)  # (d, d)
 
 
 def apply_rotary(

@@ -10,9 +10,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import attention_src as att
-from attention_src.positional import sinusoidal_positional_encoding
+from attention_src.positional import shift_rotation, sinusoidal_positional_encoding
+from tests.conftest import PROPERTY
 
 
 def _hand_pe(length: int, d: int, base: float = 10000.0) -> list[list[float]]:
@@ -97,3 +100,55 @@ def test_base_may_be_any_real_number_type():
     ref = sinusoidal_positional_encoding(4, 6, base=100.0)
     for base in (100, np.int64(100), np.float32(100.0)):
         torch.testing.assert_close(sinusoidal_positional_encoding(4, 6, base=base), ref)
+
+
+# ---------------------------------------------------------------- shift_rotation
+
+
+def test_shift_rotation_by_hand():
+    # d = 4: block 0 turns by k, block 1 by k / 10000^(2/4) = k / 100
+    R = shift_rotation(2, 4)
+    c0, s0, c1, s1 = math.cos(2), math.sin(2), math.cos(0.02), math.sin(0.02)
+    expected = torch.tensor(
+        [[c0, -s0, 0, 0], [s0, c0, 0, 0], [0, 0, c1, -s1], [0, 0, s1, c1]], dtype=torch.float64
+    )
+    torch.testing.assert_close(R, expected, atol=1e-15, rtol=0)
+    assert shift_rotation(1, 4, dtype=torch.float32).dtype == torch.float32
+
+
+@PROPERTY
+@given(st.integers(-60, 60), st.integers(1, 16), st.sampled_from([100.0, 10000.0]))
+def test_shift_rotation_moves_the_table(k, half, base):
+    d = 2 * half
+    pe = _hand_table(130, d, base)  # (130, d), from the hand loop of the formula
+    R = shift_rotation(k, d, base)
+    if k >= 0:
+        moved, target = pe[: 130 - k] @ R, pe[k:]
+    else:
+        moved, target = pe[-k:] @ R, pe[: 130 + k]
+    torch.testing.assert_close(moved, target, atol=1e-12, rtol=0)
+    eye = torch.eye(d, dtype=torch.float64)
+    torch.testing.assert_close(R @ R.T, eye, atol=1e-12, rtol=0)  # orthogonal
+    torch.testing.assert_close(shift_rotation(-k, d, base), R.T, atol=1e-12, rtol=0)
+    torch.testing.assert_close(  # shifts compose
+        shift_rotation(3, d, base) @ R, shift_rotation(k + 3, d, base), atol=1e-12, rtol=0
+    )
+
+
+def _hand_table(length: int, d: int, base: float) -> torch.Tensor:
+    return torch.tensor(_hand_pe(length, d, base), dtype=torch.float64)
+
+
+def test_shift_rotation_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="dim must be even .*got 5"):
+        shift_rotation(1, 5)
+    with pytest.raises(ValueError, match="dim must be positive, got 0"):
+        shift_rotation(1, 0)
+    with pytest.raises(TypeError, match="k must be an int, got float"):
+        shift_rotation(1.5, 4)
+    with pytest.raises(TypeError, match="k must be an int, got bool"):
+        shift_rotation(True, 4)
+    with pytest.raises(ValueError, match="base must be positive and finite, got 0.0"):
+        shift_rotation(1, 4, base=0.0)
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got torch.int64"):
+        shift_rotation(1, 4, dtype=torch.int64)

@@ -45,12 +45,14 @@ def _unique_scripts(app: Sphinx, pagename: str, templatename: str,
         if key not in seen:
             seen.add(key)
             unique.append(script)
-    context["script_files"] = unique
+    # in place: the list is the builder's own, to which later handlers
+    # (MathJax, on pages with formulas) still add their scripts
+    scripts[:] = unique
 
 
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", _default_mode, priority=900)
-    # early: html-page-context stops at the first handler returning a template
-    app.connect("html-page-context", _unique_scripts, priority=100)
+    # late, after every handler that adds scripts to the page
+    app.connect("html-page-context", _unique_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True,
             "parallel_write_safe": True}
