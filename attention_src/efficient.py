@@ -514,7 +514,9 @@ def generate(model, tokens: torch.Tensor, n_new: int, use_cache: bool = True,
         tokens: ``(B, L_0)`` int64 prompt, ``L_0 >= 1``; ``L_0 + n_new - 1 <= model.max_len``.
         n_new: positive int, tokens to generate.
         use_cache: decode with a KV cache.
-        timings: if a list is given, the wall time in seconds of each step is appended to it.
+        timings: if a list is given, the CPU time of this thread in seconds of each step is
+            appended to it (``time.thread_time``: not counting time another process had the
+            core, which wall-clock time would).
 
     Returns:
         tokens: ``(B, L_0 + n_new)``, the prompt followed by the generated tokens.
@@ -543,7 +545,7 @@ def generate(model, tokens: torch.Tensor, n_new: int, use_cache: bool = True,
     try:
         with torch.no_grad():
             for step in range(n_new):
-                start = time.perf_counter()
+                start = time.thread_time()
                 if use_cache:
                     new = out if step == 0 else out[:, -1:]  # (B, L_0) prompt, then (B, 1)
                     logits = _forward_cached(model, new, caches)[:, -1]  # (B, V)
@@ -553,7 +555,7 @@ def generate(model, tokens: torch.Tensor, n_new: int, use_cache: bool = True,
                 out = torch.cat([out, next_token], dim=1)  # (B, L + 1)
                 all_logits.append(logits)
                 if timings is not None:
-                    timings.append(time.perf_counter() - start)
+                    timings.append(time.thread_time() - start)
     finally:
         model.train(was_training)
     return out, torch.stack(all_logits, dim=1)  # (B, n_new, V)
