@@ -551,13 +551,8 @@ def ranking_consistency(attention: torch.Tensor, mask: torch.Tensor) -> float:
     return float((~(above & below))[pairs].double().mean())
 
 
-def top_key_agreement(model: LookupModel, batch: LookupBatch, head: int = 0) -> float:
-    """Fraction of queries whose top key (largest weight in ``head``) is their graph's most common.
-
-    In a lookup graph all ``k`` queries attend over the same ``k`` keys. Static attention
-    gives every query the same top key, so the fraction is 1; a query that finds its own key
-    has a different top key from the others, and a perfect lookup gives ``1 / k``.
-    """
+def _lookup_weights(model: LookupModel, batch: LookupBatch, head: int) -> torch.Tensor:
+    """One head's weights on a lookup batch: ``(B, k, k)``, query by key, per graph."""
     k = model.k
     with torch.no_grad():
         _, (edges, alpha) = model(batch.x, batch.edge_index, return_attention=True)
@@ -569,7 +564,17 @@ def top_key_agreement(model: LookupModel, batch: LookupBatch, head: int = 0) -> 
         )
     if not 0 <= head < alpha.shape[1]:
         raise ValueError(f"head must be in [0, {alpha.shape[1]}), got {head}")
-    weights = alpha[:, head].reshape(n_graphs, k, k)  # (B k k,) -> (B, k, k)
+    return alpha[:, head].reshape(n_graphs, k, k)  # (B k k,) -> (B, queries, keys)
+
+
+def top_key_agreement(model: LookupModel, batch: LookupBatch, head: int = 0) -> float:
+    """Fraction of queries whose top key (largest weight in ``head``) is their graph's most common.
+
+    In a lookup graph all ``k`` queries attend over the same ``k`` keys. Static attention
+    gives every query the same top key, so the fraction is 1; a query that finds its own key
+    has a different top key from the others, and a perfect lookup gives ``1 / k``.
+    """
+    weights = _lookup_weights(model, batch, head)  # (B, k, k)
     top = weights.argmax(-1)  # (B, k): top key of each query
     mode = top.mode(dim=1).values  # (B,)
     return float((top == mode[:, None]).double().mean())
@@ -585,17 +590,7 @@ def asked_key_hits(model: LookupModel, batch: LookupBatch, head: int = 0) -> tup
     attending *away* from the asked key and letting the read-out infer the missing value),
     so these measure a mechanism, not the accuracy.
     """
-    k = model.k
-    with torch.no_grad():
-        _, (edges, alpha) = model(batch.x, batch.edge_index, return_attention=True)
-    n_graphs = batch.x.shape[0] // (2 * k)
-    if not torch.equal(edges, _lookup_edges(k, n_graphs)):
-        raise ValueError(
-            "the attention's edges are not in lookup_batch's order (graph, query, key)"
-        )
-    if not 0 <= head < alpha.shape[1]:
-        raise ValueError(f"head must be in [0, {alpha.shape[1]}), got {head}")
-    weights = alpha[:, head].reshape(n_graphs, k, k)  # (B k k,) -> (B, queries, keys)
+    weights = _lookup_weights(model, batch, head)  # (B, queries, keys)
     asked = batch.key_of_query  # (B, k): key id (= key node position) each query asks for
     hit = (weights.argmax(-1) == asked).double().mean()
     on_asked = torch.gather(weights, 2, asked[:, :, None])  # (B, k, 1)
