@@ -81,7 +81,9 @@ execute: $(STAMP)
 	@for nb in $(NB); do \
 	    echo "executing $$nb"; \
 	    $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	        --ExecutePreprocessor.timeout=600 --NotebookClient.record_timing=False "$$nb"; \
+	        --ExecutePreprocessor.timeout=600 --NotebookClient.record_timing=False \
+	        "--ExecutePreprocessor.extra_arguments=--IPKernelApp.exec_files=$(CURDIR)/tests/figure_check.py" \
+	        "$$nb"; \
 	done
 
 bench: $(STAMP)
@@ -95,12 +97,14 @@ bench: $(STAMP)
 # to functions (mutmut's names and globs). Score = killed / tested, where killed counts
 # timeouts and crashes too, and tested is every mutant some test ran (suspicious ones count as
 # not killed); "no tests" mutants (in functions no unit test calls) are listed apart.
+# JOBS=2 runs two mutants at a time (the whole package has about 8,800 mutants).
 MODULE ?=
 MUTANTS ?= $(foreach m,$(MODULE),attention_src.$(m).*)
+JOBS ?= 1
 mutate: $(STAMP)
 	rm -rf mutants
 	mkdir mutants
-	nice -n 19 $(VENV)/bin/mutmut run --max-children 1 $(foreach m,$(MUTANTS),'$(m)') \
+	nice -n 19 $(VENV)/bin/mutmut run --max-children $(JOBS) $(foreach m,$(MUTANTS),'$(m)') \
 	    > mutants/run.log 2>&1 || { tr '\r' '\n' < mutants/run.log | tail -n 60; exit 1; }
 	@tr '\r' '\n' < mutants/run.log | grep -a 'mutations/second'
 	MUTATE_GLOBS="$(MUTANTS)" $(PY) tools/mutation_report.py

@@ -16,7 +16,10 @@ import numpy as np
 import torch
 from cycler import cycler
 
-__all__ = ["show_heatmaps", "DEFAULT_CMAP", "OKABE_ITO", "BOOK_STYLE", "apply_book_style"]
+__all__ = [
+    "show_heatmaps", "DEFAULT_CMAP", "OKABE_ITO", "BOOK_STYLE", "apply_book_style",
+    "unlabelled_axes",
+]
 
 #: Perceptually uniform and readable with colour-vision deficiencies (and in greyscale).
 DEFAULT_CMAP = "viridis"
@@ -139,3 +142,34 @@ def show_heatmaps(
     if suptitle:
         fig.suptitle(suptitle)
     return fig, axes
+
+
+def unlabelled_axes(fig: mpl.figure.Figure) -> list[str]:
+    """The axes of ``fig`` that show data on an axis with tick labels but no axis label.
+
+    The book's rule is that every axis a reader has to read carries a label (with units). An
+    axis is exempt when it shows no tick labels (hidden by ``label_outer``, or ``axis("off")``),
+    when an axis it shares has a label (a grid of panels labels one row or column), or when
+    its axes draw nothing (an empty panel). A colorbar counts as an axes: its long axis needs
+    a label too. Returns one line per missing label, e.g. ``"axes 2 'softmax': no y label"``.
+    """
+    if not isinstance(fig, mpl.figure.Figure):
+        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    fig.draw_without_rendering()  # tick labels get their text when the figure is drawn
+    problems = []
+    for i, ax in enumerate(fig.axes):
+        if not (ax.axison and ax.get_visible()):
+            continue
+        if not (ax.lines or ax.collections or ax.images or ax.patches or ax.texts):
+            continue
+        for name, axis, shared in (("x", ax.xaxis, ax.get_shared_x_axes()),
+                                   ("y", ax.yaxis, ax.get_shared_y_axes())):
+            if axis.get_label_text().strip():
+                continue
+            if not any(t.get_visible() and t.get_text().strip() for t in axis.get_ticklabels()):
+                continue
+            siblings = shared.get_siblings(ax)
+            if any(getattr(s, f"{name}axis").get_label_text().strip() for s in siblings):
+                continue
+            problems.append(f"axes {i} {ax.get_title()!r}: no {name} label")
+    return problems

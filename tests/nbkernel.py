@@ -20,6 +20,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import nbval.kernel
 from jupyter_client.manager import KernelManager
@@ -49,8 +50,16 @@ _start_new_kernel = nbval.kernel.start_new_kernel
 retried_starts: list[str] = []
 
 
+#: Run in each kernel before the notebook: shown figures must label their axes.
+FIGURE_CHECK = Path(__file__).resolve().with_name("figure_check.py")
+
+
 def start_new_kernel_with_retry(*args, **kwargs):
-    """nbval's ``start_new_kernel``, tried a second time if the kernel dies while starting."""
+    """nbval's ``start_new_kernel``, tried a second time if the kernel dies while starting.
+
+    The kernel first runs tests/figure_check.py (see there).
+    """
+    kwargs.setdefault("extra_arguments", [f"--IPKernelApp.exec_files={FIGURE_CHECK}"])
     try:
         return _start_new_kernel(*args, **kwargs)
     except RuntimeError as error:  # "Kernel died before replying to kernel_info"

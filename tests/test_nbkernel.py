@@ -84,3 +84,36 @@ def test_a_socket_path_too_long_for_linux_keeps_tcp(monkeypatch, tmp_path):
     manager = nbkernel.IpcKernelManager()
     assert manager.transport == "tcp"
     assert manager.ip == "127.0.0.1"
+
+
+def _run_cell(kernel, code: str) -> tuple[str, list[str]]:
+    """Run ``code`` in ``kernel``; its printed text and the error names and values it raised."""
+    msg_id = kernel.execute_cell_input(code, allow_stdin=False)
+    kernel.await_reply(msg_id, timeout=60)
+    text, errors = [], []
+    while True:
+        msg = kernel.get_message(stream="iopub", timeout=30)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            text.append(msg["content"]["text"])
+        if msg["msg_type"] == "error":
+            errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(text), errors
+
+
+def test_a_shown_figure_without_axis_labels_fails_its_cell(ipc_kernel_manager):
+    kernel = nbval.kernel.RunningKernel(nbval.kernel.CURRENT_ENV_KERNEL_NAME, startup_timeout=60)
+    try:
+        setup = "import matplotlib.pyplot as plt\nprint(plt.show.__name__)"
+        assert _run_cell(kernel, setup) == ("show_checked\n", [])
+        labelled = ("fig, ax = plt.subplots()\nax.plot([1, 2], [3, 4])\n"
+                    "ax.set_xlabel('length L')\nax.set_ylabel('time (ms)')\nplt.show()")
+        assert _run_cell(kernel, labelled)[1] == []
+        unlabelled = ("fig, ax = plt.subplots()\nax.plot([1, 2], [3, 4])\n"
+                      "ax.set_xlabel('length L')\nplt.show()")
+        _, errors = _run_cell(kernel, unlabelled)
+        assert errors == ["AssertionError: figure without axis labels: axes 0 '': no y label"]
+    finally:
+        kernel.stop()
