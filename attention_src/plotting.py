@@ -166,7 +166,8 @@ def unlabelled_axes(fig: mpl.figure.Figure) -> list[str]:
                                    ("y", ax.yaxis, ax.get_shared_y_axes())):
             if axis.get_label_text().strip():
                 continue
-            if not any(t.get_visible() and t.get_text().strip() for t in axis.get_ticklabels()):
+            # get_ticklabels() lists the shown tick labels only
+            if not any(t.get_text().strip() for t in axis.get_ticklabels()):
                 continue
             siblings = shared.get_siblings(ax)
             if any(getattr(s, f"{name}axis").get_label_text().strip() for s in siblings):

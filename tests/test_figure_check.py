@@ -86,3 +86,49 @@ def test_show_heatmaps_labels_its_axes():
 def test_a_figure_is_required():
     with pytest.raises(TypeError, match=r"^fig must be a matplotlib Figure, got Axes"):
         unlabelled_axes(plt.subplots()[1])
+
+
+def test_bars_images_and_text_alone_are_data_too():
+    fig, axes = plt.subplots(1, 3)
+    axes[0].bar([0, 1], [2, 3])
+    axes[1].imshow(np.eye(2))
+    axes[2].text(0.5, 0.5, "a diagram")
+    assert unlabelled_axes(fig) == [
+        f"axes {i} '': no {xy} label" for i in range(3) for xy in "xy"
+    ]
+
+
+def test_panels_after_an_exempt_one_are_still_checked():
+    fig, axes = plt.subplots(1, 3)
+    axes[0].plot([0, 1])
+    axes[0].axis("off")  # exempt: a drawing
+    # axes[1] is empty: exempt
+    axes[2].plot([0, 1])
+    assert unlabelled_axes(fig) == ["axes 2 '': no x label", "axes 2 '': no y label"]
+
+
+def test_hidden_tick_labels_need_no_axis_label():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    ax.set_ylabel("value")
+    ax.tick_params(labelbottom=False)  # the x tick labels are there, but not shown
+    assert unlabelled_axes(fig) == []
+
+
+def test_a_shared_x_label_does_not_excuse_the_y_axis():
+    fig, axes = plt.subplots(2, 1, sharex=True)
+    for ax in axes:
+        ax.plot([0, 1], [1, 0])
+    axes[1].set_xlabel("x")
+    axes[1].set_ylabel("y")
+    assert unlabelled_axes(fig) == ["axes 0 '': no y label"]
+
+
+def test_a_labelled_sibling_excuses_one_axis_only():
+    fig, axes = plt.subplots(2, 1, sharex=True)
+    for ax in axes:
+        ax.plot([0, 1], [1, 0])
+    axes[0].tick_params(labelbottom=True)  # x tick labels shown on both panels
+    axes[1].set_xlabel("x")
+    axes[1].set_ylabel("y")
+    assert unlabelled_axes(fig) == ["axes 0 '': no y label"]
