@@ -200,16 +200,19 @@ def _blockwise(query, key, value, causal, query_block_size, block_size, mask, sc
                 # The maximum only keeps exp2() in range; the output does not depend on it,
                 # so it is a constant for autograd (its gradient terms would cancel exactly).
                 block_max = scores.detach().amax(dim=-1, keepdim=True)  # (B_q, 1)
-                m_new = block_max if m is None else torch.maximum(m, block_max)
+                m_new = block_max if m is None else torch.maximum(m, block_max)  # (B_q, 1)
+                shift = m_new
                 if mask is not None:  # a row with no allowed key so far: shift by 0, not -inf
-                    m_new = m_new.masked_fill(m_new == -math.inf, 0.0)
-                p = scores.sub_(m_new).exp2_()  # (B_q, B_k): un-normalised weights, in place
+                    shift = m_new.masked_fill(m_new == -math.inf, 0.0)
+                p = scores.sub_(shift).exp2_()  # (B_q, B_k): un-normalised weights, in place
                 v_block = v_h[j0:j1]  # (B_k, d_v)
                 if m is None:
                     s = p.sum(dim=-1, keepdim=True)  # (B_q, 1)
                     acc = p @ v_block  # (B_q, B_k) @ (B_k, d_v) -> (B_q, d_v)
                 else:
-                    alpha = torch.exp2(m - m_new)  # (B_q, 1): rescales the old sum and output
+                    # (B_q, 1): rescales the old sum and output; 0 where the old maximum is
+                    # -inf (no allowed key yet, so the old sum and output are 0)
+                    alpha = torch.exp2(m - shift)
                     s = s.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
                     acc = acc.mul_(alpha).addmm_(p, v_block)  # acc * alpha + P V_b
                 m = m_new

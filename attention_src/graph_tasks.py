@@ -335,19 +335,20 @@ class NodeClassifier(nn.Module):
         h = F.dropout(h, self.dropout, self.training)
         return self._run(self.layer2, h, edge_index)  # (N, num_classes)
 
-    @torch.no_grad()
     def attention(self, x: torch.Tensor, edge_index: torch.Tensor):
         """The attention of both layers (eval mode): ``[(edges, alpha), (edges, alpha)]``.
 
         ``edges: (2, E')`` with self-loops, ``alpha: (E', heads)`` for layer 1 and
         ``(E', 1)`` for layer 2. Only for ``"gat"`` and ``"gatv2"``.
         """
+        # `with`, not a decorator: mutmut (`make mutate`) skips decorated functions.
         if self.kind not in ("gat", "gatv2"):
             raise ValueError(f"a {self.kind!r} model has no attention weights")
         was_training = self.training
         self.eval()
-        h, first = self.layer1(x, edge_index, return_attention=True)
-        _, second = self.layer2(F.elu(h), edge_index, return_attention=True)
+        with torch.no_grad():
+            h, first = self.layer1(x, edge_index, return_attention=True)
+            _, second = self.layer2(F.elu(h), edge_index, return_attention=True)
         self.train(was_training)
         return [first, second]
 
@@ -458,12 +459,12 @@ def train_lookup(model: LookupModel, steps: int = 400, batch: int = 32, lr: floa
     return losses
 
 
-@torch.no_grad()
 def lookup_accuracy(model: LookupModel, batch: int = 200, seed: int = 12345) -> float:
     """Accuracy over the query nodes of ``batch`` fresh lookup graphs drawn with ``seed``."""
     b = lookup_batch(model.k, batch, torch.Generator().manual_seed(seed))
     model.eval()
-    logits = model(b.x, b.edge_index)
+    with torch.no_grad():
+        logits = model(b.x, b.edge_index)
     return float((logits[b.query_mask].argmax(-1) == b.y).float().mean())
 
 

@@ -409,8 +409,9 @@ def train_language_model(
         lr: Adam's learning rate.
         eval_tokens: ``(B_e, L)`` fixed tokens on which, every ``eval_every`` steps (at step 0,
             before training, and after the last step), ``on_eval(step, logits, weights)`` is
-            called in eval and no-grad mode with the logits ``(B_e, L, V)`` and the list of the
-            layers' weights ``(B_e, h, L, L)``; the dicts it returns are collected.
+            called with the logits ``(B_e, L, V)`` and the list of the layers' weights
+            ``(B_e, h, L, L)``, both computed in eval and no-grad mode (the model is back in
+            training mode after it returns); the dicts it returns are collected.
 
     Returns:
         ``{"losses": (steps,) float tensor, "evals": list of (step, dict)}``.
