@@ -17,7 +17,11 @@ from hypothesis import strategies as st
 
 import attention_src as att
 from attention_src import numpy_ref
-from attention_src.attention import attention_from_scores, scaled_dot_product_attention
+from attention_src.attention import (
+    attention_from_scores,
+    check_qkv,
+    scaled_dot_product_attention,
+)
 from attention_src.softmax import causal_mask, lengths_to_mask
 from tests.conftest import (
     PROPERTY,
@@ -474,3 +478,80 @@ def test_attention_from_scores_rejects_mismatched_leading_dims():
     value = torch.randn(4, 5)
     with pytest.raises(ValueError, match=r"\(2, 3, 4\).*\(4, 5\)"):
         attention_from_scores(scores, value)
+
+
+# --- bad input named per argument, boundaries and defaults ---------------------------------
+
+
+def test_attention_from_scores_by_default_leaves_scores_untouched():
+    """inplace defaults to False: the caller's scores are not turned into the weights, even
+    with autograd off (where overwriting them would be allowed)."""
+    scores, value = randn(0, 2, 3, 4), randn(1, 2, 4, 5)
+    before = scores.clone()
+    with torch.no_grad():
+        out, w = attention_from_scores(scores, value)
+    assert torch.equal(scores, before) and w.data_ptr() != scores.data_ptr()
+    torch.testing.assert_close(w, torch.softmax(before, dim=-1), atol=1e-12, rtol=0)
+    torch.testing.assert_close(out, w @ value, atol=1e-12, rtol=0)
+
+
+def test_attention_from_scores_names_the_mismatch_in_a_batch():
+    # batched scores (B, L_q, L_k) = (2, 3, 4): the key count is the LAST axis (4), not L_q
+    with pytest.raises(ValueError, match=r"^scores \(2, 3, 4\) have 4 keys but value "
+                                         r"\(2, 5, 2\) has 5 rows$"):
+        attention_from_scores(torch.ones(2, 3, 4), torch.ones(2, 5, 2))
+    with pytest.raises(ValueError, match=r"^scores \(2, 3, 4\) and value \(3, 4, 5\) must share "
+                                         r"their leading \(batch\) dimensions$"):
+        attention_from_scores(torch.ones(2, 3, 4), torch.ones(3, 4, 5))
+    with pytest.raises(ValueError, match=r"^dropout_p must be in \[0, 1\), got 1\.0$"):
+        attention_from_scores(torch.ones(3, 4), torch.ones(4, 2), dropout_p=1.0)
+
+
+@pytest.mark.parametrize("bad", ["scores", "value"])
+def test_attention_from_scores_messages_start_with_the_argument(bad):
+    t = {"scores": torch.ones(3, 4), "value": torch.ones(4, 2)}
+    t[bad] = torch.ones(4)
+    with pytest.raises(ValueError, match=rf"^{bad} must have at least 2 dimensions"):
+        attention_from_scores(**t)
+    t[bad] = torch.ones(3, 4, dtype=torch.int64)
+    with pytest.raises(TypeError, match=rf"^{bad} must be a floating-point tensor"):
+        attention_from_scores(**t)
+
+
+def test_check_qkv_names_each_mismatch():
+    q, k, v = torch.ones(2, 3, 4), torch.ones(2, 5, 4), torch.ones(2, 5, 6)
+    check_qkv(q, k, v)  # valid: no error
+    with pytest.raises(ValueError, match=r"^query and key must have the same feature size d_k: "
+                                         r"query \(2, 3, 4\) has 4, key \(2, 5, 3\) has 3$"):
+        check_qkv(q, torch.ones(2, 5, 3), v)
+    with pytest.raises(ValueError, match=r"^key and value must have the same length L_k: key "
+                                         r"\(2, 5, 4\) has 5, value \(2, 4, 6\) has 4$"):
+        check_qkv(q, k, torch.ones(2, 4, 6))
+    with pytest.raises(ValueError, match=r"^query, key and value must share their leading "
+                                         r"dimensions, got \{'query': \(2,\), 'key': \(2,\), "
+                                         r"'value': \(3,\)\}$"):
+        check_qkv(q, k, torch.ones(3, 5, 6))
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_attention_from_scores_inplace_turns_the_scores_into_the_weights(with_mask):
+    """inplace=True (inference only) reuses the scores' memory for the weights, as documented:
+    the returned weights ARE the scores tensor, with the values of the allocating call."""
+    scores, value = randn(0, 2, 3, 4), randn(1, 2, 4, 5)
+    mask = torch.tensor([True, False, True, True]) if with_mask else None
+    ref_out, ref_w = attention_from_scores(scores, value, mask)
+    with torch.no_grad():
+        out, w = attention_from_scores(scores, value, mask, inplace=True)
+    assert w.data_ptr() == scores.data_ptr()
+    torch.testing.assert_close(w, ref_w, atol=1e-12, rtol=0)
+    torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=0)
+
+
+def test_a_value_of_another_dtype_is_named_among_the_callers_arguments():
+    """The dtype check names query, key and value (the caller's arguments), not the internal
+    scores that a later check would compare with the value."""
+    q = k = torch.ones(3, 4)
+    with pytest.raises(TypeError, match=r"^inputs must share one dtype, got query: "
+                                        r"torch\.float32, key: torch\.float32, value: "
+                                        r"torch\.float64$"):
+        scaled_dot_product_attention(q, k, torch.ones(3, 2, dtype=torch.float64))

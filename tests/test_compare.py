@@ -273,3 +273,351 @@ def test_pixel_classifier_position_breaks_permutation_invariance():
     placed = C.PixelClassifier("attention", d=4)
     w, w_s = placed(img)[1], placed(shuffled)[1]
     assert (w[:, perm][:, :, perm] - w_s).abs().max() > 1e-2
+
+
+# --- bad input per argument, boundaries and defaults (issue 13) -----------------------------
+
+import copy  # noqa: E402
+import inspect  # noqa: E402
+
+#: Every integer argument of the module with its smallest allowed value, as a call that takes
+#: the value under test: ``(label, name, minimum, call)``.
+INT_ARGS = [
+    ("SelfAttentionLayer.d", "d", 1, lambda v: C.SelfAttentionLayer(v)),
+    ("RestrictedSelfAttentionLayer.d", "d", 1, lambda v: C.RestrictedSelfAttentionLayer(v, 2)),
+    ("RestrictedSelfAttentionLayer.r", "r", 1, lambda v: C.RestrictedSelfAttentionLayer(2, v)),
+    ("RecurrentLayer.d", "d", 1, lambda v: C.RecurrentLayer(v)),
+    ("ConvLayer.d", "d", 1, lambda v: C.ConvLayer(v, 2)),
+    ("ConvLayer.k", "k", 1, lambda v: C.ConvLayer(2, v)),
+    ("ConvLayer.dilation", "dilation", 1, lambda v: C.ConvLayer(2, 2, dilation=v)),
+    ("make_stack.n_layers", "n_layers", 1, lambda v: C.make_stack("convolution", v, 2)),
+    ("analytic_flops.n", "n", 1, lambda v: C.analytic_flops(C.ConvLayer(2, 2), v)),
+    ("analytic_flops.batch", "batch", 1, lambda v: C.analytic_flops(C.ConvLayer(2, 2), 3, v)),
+    ("path_length.n", "n", 2, lambda v: C.path_length("recurrent", v)),
+    ("path_length.max_layers", "max_layers", 1,
+     lambda v: C.path_length("self-attention", 3, max_layers=v)),
+    ("PixelClassifier.d", "d", 1, lambda v: C.PixelClassifier("convolution", d=v)),
+    ("train_pixel_classifier.steps", "steps", 1,
+     lambda v: C.train_pixel_classifier(C.PixelClassifier("convolution", d=1),
+                                        torch.rand(2, 8, 8), torch.arange(2), torch.arange(2),
+                                        seed=0, steps=v, batch=2)),
+    ("train_pixel_classifier.batch", "batch", 1,
+     lambda v: C.train_pixel_classifier(C.PixelClassifier("convolution", d=1),
+                                        torch.rand(2, 8, 8), torch.arange(2), torch.arange(2),
+                                        seed=0, steps=1, batch=v)),
+]
+
+
+@pytest.mark.parametrize(("label", "name", "minimum", "call"), INT_ARGS,
+                         ids=[a[0] for a in INT_ARGS])
+def test_integer_arguments_accept_their_minimum_and_name_themselves_below_it(
+        label, name, minimum, call):
+    call(minimum)  # the boundary itself is allowed
+    with pytest.raises(ValueError, match=rf"^{name} must be at least {minimum}, "
+                                         rf"got {minimum - 1}$"):
+        call(minimum - 1)
+
+
+@pytest.mark.parametrize(("label", "name", "minimum", "call"), INT_ARGS,
+                         ids=[a[0] for a in INT_ARGS])
+@pytest.mark.parametrize(("bad", "type_name"), [(True, "bool"), (2.0, "float")])
+def test_integer_arguments_refuse_bools_and_floats_by_name(label, name, minimum, call, bad,
+                                                           type_name):
+    with pytest.raises(TypeError, match=rf"^{name} must be an int, got {type_name}$"):
+        call(bad)
+
+
+@pytest.mark.parametrize("make", [lambda: C.SelfAttentionLayer(3),
+                                  lambda: C.RestrictedSelfAttentionLayer(3, 2),
+                                  lambda: C.RecurrentLayer(3), lambda: C.ConvLayer(3, 2)],
+                         ids=["self-attention", "restricted", "recurrent", "convolution"])
+def test_layers_name_a_bad_input_shape_or_width(make):
+    layer = make()
+    for bad in ([[1.0, 2.0, 3.0]], torch.randn(4, 3), torch.randn(3), torch.randn(1, 2, 4, 3)):
+        with pytest.raises(ValueError, match=r"^x must be a tensor of shape \(B, n, d\)$"):
+            layer(bad)
+    # n = 5 positions of width 4: the message gives the width (4), not the length (5)
+    with pytest.raises(ValueError, match=r"^x has width 4, the layer expects d = 3$"):
+        layer(torch.randn(2, 5, 4))
+
+
+def test_recurrent_gain_messages_are_anchored_and_int_gains_work():
+    with pytest.raises(TypeError, match=r"^gain must be a float, got bool$"):
+        C.RecurrentLayer(4, gain=True)
+    with pytest.raises(TypeError, match=r"^gain must be a float, got str$"):
+        C.RecurrentLayer(4, gain="0.5")
+    with pytest.raises(ValueError, match=r"^gain must be positive and finite, got -0.5$"):
+        C.RecurrentLayer(4, gain=-0.5)
+    torch.manual_seed(12)
+    layer = C.RecurrentLayer(4, gain=1)  # an int is a number too
+    assert abs(float(torch.linalg.matrix_norm(layer.h_proj.weight.detach(), ord=2)) - 1) < 1e-5
+
+
+def test_conv_layer_default_dilation_is_one():
+    torch.manual_seed(13)
+    layer = C.ConvLayer(3, 2)
+    assert layer.dilation == 1 and layer.conv.dilation == (1,)
+    # output i reads inputs i and i - 1 only: a change at input 4 reaches outputs 4 and 5
+    x = _x(1, 8, 3).float()
+    x2 = x.clone()
+    x2[:, 4] += 1.0
+    changed = (layer(x2) - layer(x)).abs().sum(-1)[0] > 0
+    assert changed.tolist() == [False] * 4 + [True, True] + [False] * 2
+
+
+def test_longest_matmul_chain_message_is_anchored():
+    with pytest.raises(ValueError, match=r"^output has no grad_fn: compute it with gradients"):
+        C.longest_matmul_chain(torch.ones(2, 3))
+
+
+def test_make_stack_builds_each_kind_with_its_parameters():
+    # defaults k = 3, r = 3; the dilated stack uses dilation k**l in layer l (WaveNet)
+    stack = C.make_stack("convolution", 2, 5)
+    assert len(stack) == 2 and all(isinstance(m, C.ConvLayer) for m in stack)
+    assert [(m.d, m.k, m.dilation) for m in stack] == [(5, 3, 1), (5, 3, 1)]
+    stack = C.make_stack("restricted", 3, 4)
+    assert [(type(m), m.d, m.r) for m in stack] == [(C.RestrictedSelfAttentionLayer, 4, 3)] * 3
+    stack = C.make_stack("dilated convolution", 4, 2, k=2)
+    assert [(m.k, m.dilation) for m in stack] == [(2, 1), (2, 2), (2, 4), (2, 8)]
+    stack = C.make_stack("dilated convolution", 3, 2)
+    assert [m.dilation for m in stack] == [1, 3, 9]
+    assert [type(m) for m in C.make_stack("self-attention", 2, 3)] == [C.SelfAttentionLayer] * 2
+    assert [type(m) for m in C.make_stack("recurrent", 1, 3)] == [C.RecurrentLayer]
+    assert C.make_stack("restricted", 1, 4, r=5)[0].r == 5
+    with pytest.raises(ValueError, match=r"^kind must be one of \('self-attention', .*got 'lstm'$"):
+        C.make_stack("lstm", 2, 4)
+
+
+def test_analytic_flops_by_hand_for_every_layer_and_the_default_batch():
+    # restricted, n = 5, r = 2, d = 3: 5 * 2 * 3 multiply-adds for scores and for the sum
+    restricted = C.RestrictedSelfAttentionLayer(3, 2)
+    assert C.analytic_flops(restricted, 5) == {"mixing": 2 * 2 * 30, "linear": 3 * 2 * 5 * 9}
+    # recurrent, n = 4, d = 2: 4 input products and 4 hidden products of a (2, 2) matrix
+    assert C.analytic_flops(C.RecurrentLayer(2), 4) == {"mixing": 0, "linear": 2 * 8 * 4}
+    # n = 1 is allowed; batch defaults to 1 and scales every count
+    sa = C.SelfAttentionLayer(2)
+    assert C.analytic_flops(sa, 1) == {"mixing": 2 * 2 * 2, "linear": 3 * 2 * 4}
+    assert C.analytic_flops(sa, 3) == C.analytic_flops(sa, 3, batch=1)
+    assert C.analytic_flops(sa, 3, batch=4) == {
+        key: 4 * value for key, value in C.analytic_flops(sa, 3).items()}
+    with pytest.raises(TypeError, match=r"^no formula for Linear$"):
+        C.analytic_flops(torch.nn.Linear(2, 2), 3)
+
+
+def test_measured_flops_prints_nothing(capsys):
+    # FlopCounterMode prints a table unless told not to; a notebook cell must stay quiet
+    C.measured_flops(C.SelfAttentionLayer(2), torch.randn(1, 3, 2))
+    assert capsys.readouterr().out == ""
+
+
+def test_path_length_max_layers_boundary_and_message():
+    # a causal convolution with k = 2 needs exactly n - 1 = 4 layers at n = 5
+    assert C.path_length("convolution", 5, k=2, max_layers=4) == 4
+    with pytest.raises(RuntimeError,
+                       match=r"^convolution: output 4 does not see input 0 after 3 layers$"):
+        C.path_length("convolution", 5, k=2, max_layers=3)
+
+
+def test_path_length_defaults():
+    # k = 3 and r = 3 by default: (n - 1) / (k - 1) = 4 layers at n = 9
+    assert C.path_length("convolution", 9) == C.path_length("convolution", 9, k=3) == 4
+    assert C.path_length("restricted", 9) == C.path_length("restricted", 9, r=3) == 4
+    assert C.path_length("dilated convolution", 9) == 2  # 3**2 >= 9
+    # d and seed only choose the random weights (the answer is structural) and max_layers only
+    # matters past 64 layers: the signature is their contract
+    params = inspect.signature(C.path_length).parameters
+    assert {name: params[name].default for name in ("d", "k", "r", "max_layers", "seed")} == {
+        "d": 4, "k": 3, "r": 3, "max_layers": 64, "seed": 0}
+
+
+class _RunningSum(torch.nn.Module):
+    """A layer that accepts any width and declares ``d = 3``: output i is the sum of inputs
+    0..i, so every block of the last output's Jacobian is the identity."""
+
+    d = 3
+
+    def forward(self, x):
+        return x.cumsum(1)
+
+
+def test_gradient_by_distance_checks_the_declared_width_even_if_the_layer_does_not():
+    x = _x(2, 5, 3)
+    # each (3, 3) block is the identity: Frobenius norm sqrt(3) at every distance
+    expect = torch.full((5,), math.sqrt(3), dtype=DT)
+    assert torch.allclose(C.gradient_by_distance(_RunningSum(), x), expect, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^x has width 4, the layer expects d = 3$"):
+        C.gradient_by_distance(_RunningSum(), _x(2, 5, 4))
+
+
+def test_gradient_by_distance_of_a_stack_without_d_uses_the_input_width():
+    # nn.Sequential has no attribute d; n = 6 positions of width 3 (n != d on purpose)
+    torch.manual_seed(14)
+    stack = C.make_stack("convolution", 2, 3, k=2).double()
+    x = _x(1, 6, 3)
+    jac = torch.autograd.functional.jacobian(lambda z: stack(z)[0, -1], x)  # (3, 1, 6, 3)
+    ref = jac[:, 0].pow(2).sum((0, 2)).sqrt()  # (6,)
+    got = C.gradient_by_distance(stack, x)
+    assert torch.allclose(got, ref, atol=1e-12)
+    assert bool((got[:3] == 0).all()) and bool((got[3:] > 0).all())  # receptive field 3
+
+
+def test_gradient_by_distance_at_one_position():
+    torch.manual_seed(15)
+    layer = C.RecurrentLayer(3).double()
+    x = _x(2, 1, 3)
+    norms = [torch.autograd.functional.jacobian(lambda z: layer(z[None])[0, -1], x[b])
+             .pow(2).sum().sqrt() for b in range(2)]  # (d, 1, d) each
+    assert torch.allclose(C.gradient_by_distance(layer, x), torch.stack(norms).mean()[None],
+                          atol=1e-12)
+
+
+def test_gradient_by_distance_names_its_bad_inputs():
+    layer = C.RecurrentLayer(3)
+    for bad in ([[1.0, 2.0, 3.0]], torch.randn(3), torch.randn(6, 3)):
+        with pytest.raises(ValueError, match=r"^x must be a tensor of shape \(B, n, d\)$"):
+            C.gradient_by_distance(layer, bad)
+    for shape in ((1, 0, 3), (0, 4, 3)):
+        with pytest.raises(ValueError, match=rf"^x must hold at least one sequence and "
+                                             rf"position, got \({shape[0]}, {shape[1]}, 3\)$"):
+            C.gradient_by_distance(layer, torch.randn(shape))
+
+
+def test_pixel_classifier_defaults_and_position_initialisation():
+    torch.manual_seed(16)
+    model = C.PixelClassifier("attention")
+    assert model.d == 16 and model.pos.shape == (64, 16) and model.pos.requires_grad
+    # 1024 draws of N(0, 0.5**2): the sample sd is 0.5 within 5 of its standard errors (0.011)
+    assert abs(float(model.pos.detach().std()) - 0.5) < 0.055
+    assert abs(float(model.pos.detach().mean())) < 5 * 0.5 / 32
+
+
+@pytest.mark.parametrize("mixer", ["attention", "convolution"])
+def test_pixel_classifier_forward_matches_a_hand_computation(mixer):
+    torch.manual_seed(17)
+    model = C.PixelClassifier(mixer, d=3).double()
+    img = torch.rand(2, 8, 8, dtype=DT)
+    logits, w = model(img)
+    # pixel (row, col) is token 8 * row + col, embedded as intensity * w_e + b_e + pos
+    tokens = torch.stack([img[:, r, c] for r in range(8) for c in range(8)], 1)  # (2, 64)
+    x = tokens[..., None] * model.embed.weight[:, 0] + model.embed.bias + model.pos  # (2, 64, 3)
+    if mixer == "attention":
+        a = model.attn
+        q, k, v = (x @ p.weight.T for p in (a.q_proj, a.k_proj, a.v_proj))
+        ref_w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(3), -1)  # (2, 64, 64)
+        o = ref_w @ v
+        assert torch.allclose(w, ref_w, atol=1e-12)
+    else:
+        grid = torch.zeros(2, 3, 8, 8, dtype=DT)
+        for r in range(8):
+            for c in range(8):
+                grid[:, :, r, c] = x[:, 8 * r + c]
+        out = F.conv2d(grid, model.conv.weight, model.conv.bias, padding=1)  # (2, 3, 8, 8)
+        o = torch.stack([out[:, :, r, c] for r in range(8) for c in range(8)], 1)  # (2, 64, 3)
+        assert w is None
+    ref = torch.relu(o).mean(1) @ model.out.weight.T + model.out.bias  # (2, 10)
+    assert torch.allclose(logits, ref, atol=1e-12)
+
+
+def test_pixel_classifier_names_bad_arguments():
+    with pytest.raises(ValueError,
+                       match=r"^mixer must be one of \('attention', 'convolution'\), got 'lstm'$"):
+        C.PixelClassifier("lstm")
+    model = C.PixelClassifier("convolution", d=2)
+    for bad, shown in ((torch.rand(2, 8, 9), r"\(2, 8, 9\)"), (torch.rand(2, 9, 8), r"\(2, 9, 8\)"),
+                       (torch.rand(1, 1, 8, 8), r"\(1, 1, 8, 8\)"),
+                       (torch.rand(64), r"\(64,\)"), ([[0.0] * 8] * 8, "list")):
+        with pytest.raises(ValueError, match=rf"^img must have shape \(B, 8, 8\), got {shown}$"):
+            model(bad)
+
+
+def test_train_pixel_classifier_matches_a_hand_written_adam_loop():
+    torch.manual_seed(18)
+    images, labels = torch.rand(6, 8, 8), torch.tensor([0, 1, 2, 3, 4, 5])
+    train_idx = torch.tensor([0, 2, 3, 5])
+    model = C.PixelClassifier("convolution", d=2)
+    ref = copy.deepcopy(model)
+    losses = C.train_pixel_classifier(model, images, labels, train_idx, seed=3, steps=3,
+                                      batch=5, lr=0.05)
+    # the same batches (with replacement, from a generator seeded with the seed) and Adam
+    # written out: m, v with bias correction, beta = (0.9, 0.999), eps = 1e-8
+    gen = torch.Generator().manual_seed(3)
+    params = list(ref.parameters())
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    ref_losses = []
+    for t in range(1, 4):
+        idx = train_idx[torch.randint(4, (5,), generator=gen)]
+        loss = F.cross_entropy(ref(images[idx])[0], labels[idx])
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g, m_p, v_p in zip(params, grads, m, v, strict=True):
+                m_p.mul_(0.9).add_(0.1 * g)
+                v_p.mul_(0.999).add_(0.001 * g * g)
+                m_hat, v_hat = m_p / (1 - 0.9**t), v_p / (1 - 0.999**t)
+                p.sub_(0.05 * m_hat / (v_hat.sqrt() + 1e-8))
+        ref_losses.append(float(loss.detach()))
+    assert losses == pytest.approx(ref_losses, abs=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_train_pixel_classifier_defaults_and_bad_shapes():
+    params = inspect.signature(C.train_pixel_classifier).parameters
+    assert {name: params[name].default for name in ("steps", "batch", "lr")} == {
+        "steps": 300, "batch": 128, "lr": 1e-2}
+    model = C.PixelClassifier("convolution", d=2)
+    with pytest.raises(ValueError, match=r"^images \(N, 8, 8\) and labels \(N,\) expected, "
+                                         r"got \(3, 64\) and \(3,\)$"):
+        C.train_pixel_classifier(model, torch.rand(3, 64), torch.arange(3), torch.arange(3),
+                                 seed=0)
+    with pytest.raises(ValueError, match=r"^images \(N, 8, 8\) and labels \(N,\) expected, "
+                                         r"got \(3, 8, 8\) and \(4,\)$"):
+        C.train_pixel_classifier(model, torch.rand(3, 8, 8), torch.arange(4), torch.arange(3),
+                                 seed=0)
+
+
+class _TinyClassifier(torch.nn.Module):
+    """A cheap stand-in for PixelClassifier: a linear map of the 64 pixels to 10 logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 10)
+
+    def forward(self, img):
+        return self.lin(img.reshape(-1, 64)), None
+
+
+def test_train_pixel_classifier_default_steps_batch_and_lr():
+    # mutmut's trampoline reports the original signature, so the defaults are also checked
+    # by behaviour: a default run against explicit ones, with a model cheap enough for 300 steps
+    torch.manual_seed(19)
+    images, labels = torch.rand(6, 8, 8), torch.arange(6)
+    model = _TinyClassifier()
+    one_step = [copy.deepcopy(model) for _ in range(3)]
+    losses = C.train_pixel_classifier(copy.deepcopy(model), images, labels, torch.arange(6),
+                                      seed=1)
+    assert len(losses) == 300
+    # the first batch of 128 draws: the same loss as an explicit batch = 128 step
+    first = C.train_pixel_classifier(one_step[0], images, labels, torch.arange(6), seed=1,
+                                     steps=1, batch=128, lr=1e-2)
+    assert losses[0] == first[0]
+    default_lr = C.train_pixel_classifier(one_step[1], images, labels, torch.arange(6), seed=1,
+                                          steps=1, batch=128)
+    assert default_lr == first
+    for p, q in zip(one_step[0].parameters(), one_step[1].parameters(), strict=True):
+        assert torch.equal(p, q)
+    # and the step is Adam's first step with lr = 1e-2: every weight with a gradient moves
+    # by lr (to within eps / |g|)
+    C.train_pixel_classifier(one_step[2], images, labels, torch.arange(6), seed=1, steps=1,
+                             batch=128, lr=1e-2)
+    move = (one_step[2].lin.weight - model.lin.weight).detach().abs()
+    assert float(move.max()) == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_path_length_defaults_leave_the_same_state_as_explicit_values():
+    # d and seed choose the random weights; the answer is structural, but the global
+    # generator is left where the default weights left it
+    assert C.path_length("convolution", 6) == 3
+    after_default = torch.rand(4)
+    assert C.path_length("convolution", 6, d=4, k=3, r=3, max_layers=64, seed=0) == 3
+    assert torch.equal(torch.rand(4), after_default)

@@ -262,3 +262,67 @@ def test_running_example_is_the_sentence_of_note_003_with_labelled_features():
     # a fresh copy each call: a chapter that edits it cannot change the next chapter's
     ex.embeddings[0, 0] = 99.0
     assert running_example().embeddings[0, 0] == 1.0
+
+
+# --- defaults, boundaries and anchored messages (issue 13) ----------------------------------
+
+
+def test_vocab_unknown_symbol_message_is_anchored():
+    # KeyError's text is the repr of its message, hence the quotes around it
+    with pytest.raises(KeyError, match=r"""^"symbol 'z' is not in the vocabulary"$"""):
+        Vocab("ab").encode("abz")
+
+
+def test_sequence_pairs_subset_keeps_every_field_aligned():
+    v = Vocab("abcdefghij")
+    batch = encode_pairs(reverse_task(6, 1, 5, seed=2), v, v)
+    for index in (slice(1, 4), torch.tensor([5, 0, 2]), batch.src_len > 2):
+        part = batch.subset(index)
+        for field in ("src", "src_len", "tgt_in", "tgt_out"):
+            assert torch.equal(getattr(part, field), getattr(batch, field)[index]), field
+        assert len(part) == len(part.src_len)
+
+
+def test_encode_pairs_with_an_empty_target_and_one_symbol_sources():
+    v = Vocab("ab")
+    batch = encode_pairs([("a", ""), ("b", "")], v, v)
+    a, b = v.encode("ab")
+    assert batch.src.tolist() == [[a], [b]] and batch.src_len.tolist() == [1, 1]
+    assert batch.tgt_in.tolist() == [[v.bos_id]] * 2
+    assert batch.tgt_out.tolist() == [[v.eos_id]] * 2
+
+
+def test_encode_pairs_messages_are_anchored():
+    v = Vocab("ab")
+    with pytest.raises(ValueError, match=r"^pairs is empty$"):
+        encode_pairs([], v, v)
+    with pytest.raises(ValueError, match=r"^every source sequence must have at least one symbol$"):
+        encode_pairs([("ab", "a"), ("", "b")], v, v)
+
+
+def test_reverse_task_defaults_and_boundaries():
+    assert reverse_task(20, 1, 6) == reverse_task(20, 1, 6, num_symbols=10, seed=0)
+    assert {ch for s, _ in reverse_task(300, 1, 6) for ch in s} == set("abcdefghij")
+    # min_len == max_len: every string has that length
+    assert {len(s) for s, _ in reverse_task(30, 3, 3, seed=1)} == {3}
+    # 26 symbols, the whole alphabet, is the largest allowed
+    assert {ch for s, _ in reverse_task(400, 5, 5, num_symbols=26, seed=2) for ch in s} == set(
+        "abcdefghijklmnopqrstuvwxyz")
+    with pytest.raises(ValueError, match=r"^num_symbols must be at most 26 \(letters a-z\), "
+                                         r"got 27$"):
+        reverse_task(3, 1, 4, num_symbols=27)
+    with pytest.raises(ValueError, match=r"^max_len \(3\) must be >= min_len \(4\)$"):
+        reverse_task(3, 4, 3)
+
+
+def test_date_pairs_defaults():
+    assert date_pairs(40) == date_pairs(40, seed=0, formats=DATE_FORMATS,
+                                        start=dt.date(1950, 1, 1), end=dt.date(2049, 12, 31),
+                                        locale="en_US")
+
+
+def test_date_pairs_messages_are_anchored():
+    with pytest.raises(ValueError, match=r"^formats is empty$"):
+        date_pairs(3, formats=())
+    with pytest.raises(ValueError, match=r"^n must be positive, got 0$"):
+        date_pairs(0)

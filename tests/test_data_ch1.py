@@ -56,3 +56,57 @@ def test_noisy_curve_is_deterministic_by_seed():
 def test_noisy_curve_bad_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
         noisy_curve(**kwargs)
+
+
+# --- defaults, boundaries, the documented generator and anchored messages (issue 13) --------
+
+import numpy as np  # noqa: E402
+
+
+def test_noisy_curve_defaults():
+    x, y = noisy_curve(30)
+    x_ref, y_ref = noisy_curve(30, noise=0.4, x_max=5.0, seed=0, dtype=torch.float64)
+    assert torch.equal(x, x_ref) and torch.equal(y, y_ref)
+
+
+def test_noisy_curve_draws_from_the_documented_numpy_generator():
+    # docstring: x uniform on [0, x_max], then eps ~ N(0, noise**2), both from
+    # np.random.default_rng(seed); x is sorted, y = f(x) + eps
+    rng = np.random.default_rng(11)
+    x_ref = np.sort(rng.uniform(0.0, 3.0, size=40))
+    eps_ref = rng.normal(0.0, 0.7, size=40)
+    y_ref = np.sin(2 * x_ref) + 0.6 * x_ref + eps_ref
+    x, y = noisy_curve(40, noise=0.7, x_max=3.0, seed=11)
+    np.testing.assert_allclose(x.numpy(), x_ref, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(y.numpy(), y_ref, rtol=0, atol=1e-12)
+
+
+def test_noisy_curve_spans_zero_to_x_max():
+    # 500 uniform draws on [0, 3]: P(min > 0.1) = P(max < 2.9) = (1 - 1/30)**500 < 1e-7
+    x, _ = noisy_curve(500, x_max=3.0, seed=2)
+    assert float(x.min()) < 0.1 and float(x.max()) > 2.9
+    assert abs(float(x.mean()) - 1.5) < 5 * 3.0 / (12 * 500) ** 0.5  # 5 standard errors
+
+
+@pytest.mark.parametrize("x_max", [0.5, 1.0, 1e-3])
+def test_noisy_curve_accepts_any_positive_x_max(x_max):
+    x, _ = noisy_curve(50, x_max=x_max, seed=5)
+    assert 0.0 <= float(x.min()) and float(x.max()) <= x_max
+    assert float(x.max()) > 0.5 * x_max
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"noise": -0.1}, r"^noise must be a finite number >= 0, got -0.1$"),
+        ({"noise": math.inf}, r"^noise must be a finite number >= 0, got inf$"),
+        ({"x_max": 0.0}, r"^x_max must be positive and finite, got 0.0$"),
+        ({"x_max": -1.0}, r"^x_max must be positive and finite, got -1.0$"),
+        ({"x_max": math.nan}, r"^x_max must be positive and finite, got nan$"),
+    ],
+)
+def test_noisy_curve_messages_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        noisy_curve(5, **kwargs)
+    with pytest.raises(ValueError, match=r"^n must be positive, got 0$"):
+        noisy_curve(0)

@@ -68,3 +68,51 @@ def test_seed_reproduces_and_generator_streams():
 def test_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         offset_copy_task(3, **kwargs)
+
+
+# --- defaults, boundaries and anchored messages (issue 13) ----------------------------------
+
+import numpy as np  # noqa: E402
+
+
+def test_defaults():
+    tokens, targets = offset_copy_task(5)
+    ref = offset_copy_task(5, length=12, vocab_size=16, offsets=(-1, 2), seed=0)
+    assert torch.equal(tokens, ref[0]) and torch.equal(targets, ref[1])
+    assert tokens.shape == (5, 12) and targets.shape == (5, 2, 12)
+
+
+def test_every_token_value_occurs_including_zero():
+    tokens, _ = offset_copy_task(40, length=10, vocab_size=5, seed=1)
+    assert sorted(tokens.unique().tolist()) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("offsets", [(1,), (-1,), (11,), (-11,), (np.int64(3), -2)])
+def test_offsets_at_the_edges_are_allowed(offsets):
+    tokens, targets = offset_copy_task(2, length=12, offsets=offsets, seed=2)
+    for k, o in enumerate(offsets):
+        o = int(o)
+        inside = [i for i in range(12) if 0 <= i + o < 12]
+        assert torch.equal(targets[:, k, inside], tokens[:, [i + o for i in inside]])
+        assert int((targets[:, k] == IGNORE_INDEX).sum()) == 2 * abs(o)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"offsets": ()}, ValueError, r"^offsets is empty$"),
+        ({"offsets": (1, 0)}, ValueError,
+         r"^every offset must be non-zero with \|o\| < length \(12\), got 0$"),
+        ({"offsets": (-12,)}, ValueError,
+         r"^every offset must be non-zero with \|o\| < length \(12\), got -12$"),
+        ({"offsets": (2, 1.0)}, TypeError, r"^offsets must be ints, got 1.0$"),
+        ({"offsets": (True,)}, TypeError, r"^offsets must be ints, got True$"),
+        ({"offsets": (2, -1, 2)}, ValueError, r"^offsets must be distinct, got \(2, -1, 2\)$"),
+        ({"length": 0}, ValueError, r"^length must be positive, got 0$"),
+        ({"vocab_size": 0}, ValueError, r"^vocab_size must be positive, got 0$"),
+        ({"n": 0}, ValueError, r"^n must be positive, got 0$"),
+    ],
+)
+def test_bad_input_messages_are_anchored(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        offset_copy_task(**({"n": 3} | kwargs))

@@ -102,3 +102,42 @@ def test_same_seed_same_data_other_seed_other_data():
 def test_bad_arguments_are_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
         data.repeated_segments(**kwargs)
+
+
+# --- defaults, boundaries and anchored messages (issue 13) ----------------------------------
+
+
+def test_defaults():
+    a = data.repeated_segments(20)
+    b = data.repeated_segments(20, length=32, vocab_size=32, segment_len=8, seed=0)
+    for field in ("tokens", "repeated", "first", "second"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    _check_invariants(a, 20, 32, 32, 8)
+
+
+def test_smallest_allowed_arguments():
+    # vocab_size = 2, segment_len = 2 and length = 2 * segment_len are all allowed; with
+    # length = 2 s the copies sit at 0 and s, back to back
+    batch = data.repeated_segments(50, length=4, vocab_size=2, segment_len=2, seed=3)
+    _check_invariants(batch, 50, 4, 2, 2)
+    assert batch.first.tolist() == [0] * 50 and batch.second.tolist() == [2] * 50
+    assert sorted(batch.tokens.unique().tolist()) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"length": 0}, ValueError, r"^length must be positive, got 0$"),
+        ({"vocab_size": 0}, ValueError, r"^vocab_size must be positive, got 0$"),
+        ({"segment_len": 0}, ValueError, r"^segment_len must be positive, got 0$"),
+        ({"vocab_size": 1}, ValueError, r"^vocab_size must be at least 2, got 1$"),
+        ({"segment_len": 1}, ValueError, r"^segment_len must be at least 2, got 1$"),
+        ({"length": 11, "segment_len": 6}, ValueError,
+         r"^length \(11\) must be at least 2 \* segment_len \(12\)$"),
+        ({"length": 7, "segment_len": 4}, ValueError,
+         r"^length \(7\) must be at least 2 \* segment_len \(8\)$"),
+    ],
+)
+def test_bad_input_messages_are_anchored(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        data.repeated_segments(**({"n": 2} | kwargs))

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
+from attention_src import efficient
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.efficient import (
     BlockCounts,
@@ -513,3 +514,312 @@ def test_blockwise_rejects_a_non_bool_return_counts():
     q, k, v = _qkv(31, (), 4, 4)
     with pytest.raises(TypeError, match="return_counts must be a bool, got int"):
         blockwise_attention(q, k, v, return_counts=1)
+
+
+# --------------------------------------------- argument names, boundaries and edge cases
+
+
+def test_online_softmax_of_a_single_vector():
+    # the last axis may be the only one: m and s are then 0-d
+    x = randn(50, 7, scale=3.0)
+    m, s = online_softmax_stats(x, 3)
+    assert m.shape == () and s.shape == ()
+    assert float(m) == float(x.max())
+    torch.testing.assert_close(online_softmax(x, 3), torch.softmax(x, dim=-1),
+                               **TOL[torch.float64])
+
+
+def test_online_softmax_names_each_bad_argument():
+    with pytest.raises(TypeError, match=r"^x must be a torch\.Tensor, got list"):
+        online_softmax([1.0, 2.0], 2)
+    with pytest.raises(TypeError, match=r"^x must be a floating-point tensor"):
+        online_softmax_stats(torch.ones(3, dtype=torch.int64), 2)
+    with pytest.raises(ValueError, match=r"^x must have at least 1 dimensions, got shape \(\)"):
+        online_softmax_stats(torch.tensor(1.0), 2)
+    with pytest.raises(ValueError, match=r"^x must have at least one entry on its last axis"):
+        online_softmax_stats(torch.zeros(3, 0), 2)
+    with pytest.raises(ValueError, match=r"^block_size must be positive, got 0"):
+        online_softmax_stats(torch.zeros(3, 2), 0)
+
+
+def test_blockwise_names_each_bad_argument():
+    q, k, v = _qkv(32, (2,), 4, 6)
+    with pytest.raises(TypeError, match=r"^causal must be a bool, got int"):
+        blockwise_attention(q, k, v, causal=1)
+    with pytest.raises(TypeError, match=r"^return_counts must be a bool, got str"):
+        blockwise_attention(q, k, v, return_counts="yes")
+    with pytest.raises(ValueError, match=r"^block_size must be positive, got 0"):
+        blockwise_attention(q, k, v, block_size=0)
+    with pytest.raises(ValueError, match=r"^query_block_size must be positive, got 0"):
+        blockwise_attention(q, k, v, query_block_size=0)
+    with pytest.raises(TypeError, match=r"^scale must be a float or None, got bool"):
+        blockwise_attention(q, k, v, scale=True)
+    with pytest.raises(TypeError, match=r"^query must be a torch\.Tensor, got list"):
+        blockwise_attention([[1.0]], k, v)
+
+
+def test_blockwise_counts_of_an_empty_input():
+    # no key, no query or no head: nothing is computed, every tile is skipped
+    for batch, L_q, L_k, total in (((2,), 5, 0, 0), ((2,), 0, 7, 0), ((0,), 5, 7, 3 * 2)):
+        q, k, v = _qkv(33, batch, L_q, L_k)
+        out, counts = blockwise_attention(q, k, v, True, 4, query_block_size=2,
+                                          return_counts=True)
+        assert out.shape == (*batch, L_q, 5) and not out.any()
+        assert counts == BlockCounts(0, total, total)
+        assert all(type(c) is int for c in counts)
+
+
+def test_blockwise_counts_are_ints_per_head():
+    q, k, v = _qkv(34, (3, 2), 10, 10)
+    _, counts = blockwise_attention(q, k, v, True, 4, query_block_size=4, return_counts=True)
+    # 3 x 3 tiles of 4 (the last ragged); causal keeps the 6 on and below the diagonal
+    assert counts == BlockCounts(6, 3, 9)
+    assert all(type(c) is int for c in counts)
+
+
+def test_blockwise_single_key_and_many_batch_dimensions():
+    # one key: every query's output is that key's value; five batch dimensions broadcast
+    q, k, v = _qkv(35, (2,), 6, 1)
+    torch.testing.assert_close(blockwise_attention(q, k, v, block_size=2, query_block_size=4),
+                               v.expand(2, 6, 5), **TOL[torch.float64])
+    q, k, v = _qkv(36, (1, 2, 1, 2, 1), 6, 7)
+    for causal in (False, True):
+        torch.testing.assert_close(
+            blockwise_attention(q, k, v, causal, 3, query_block_size=4),
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_when_the_maximum_falls(causal):
+    # Scores fall steeply along the keys: the running maximum is set by key block 0 and must
+    # stay there. Shifting each block by its own maximum instead would make the rescaling
+    # factor exp(m_old - m_new) overflow float32 (drops of ~100 per block).
+    L, d = 32, 4
+    q = torch.full((1, L, d), 5.0)
+    k = torch.linspace(40, 0, L).view(1, L, 1).expand(1, L, d)
+    v = randn(37, 1, L, 3, dtype=torch.float32)
+    out = blockwise_attention(q, k, v, causal, 4, query_block_size=8)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                               **TOL[torch.float32])
+
+
+def test_blockwise_rows_of_very_different_scale_share_a_tile():
+    # query 0 scores about +200, query 1 about -200 against the same keys: each row needs its
+    # own maximum, one maximum per tile would underflow row 1's weights to 0 (0 / 0)
+    g = torch.Generator().manual_seed(38)
+    k = torch.rand(1, 6, 4, generator=g) + 1.0  # (1, 6, 4) entries in [1, 2)
+    q = torch.tensor([[[40.0] * 4, [-40.0] * 4, [0.1] * 4]])  # (1, 3, 4)
+    v = torch.randn(1, 6, 3, generator=g)
+    out = blockwise_attention(q, k, v, block_size=3, query_block_size=3)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v),
+                               **TOL[torch.float32])
+
+
+def test_blockwise_mask_with_huge_scores():
+    # a boolean mask and scores of ~1e3: the masked path must still shift by the maximum
+    q, k, v = _qkv(39, (2,), 9, 11, dtype=torch.float32, scale=30.0)
+    mask = random_mask(40, 9, 11)
+    mask[:, 0] = True  # every query sees at least one key
+    out = blockwise_attention(q, k, v, block_size=4, query_block_size=3, mask=mask)
+    assert torch.isfinite(out).all()
+    ref, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, ref, **TOL[torch.float32])
+
+
+def test_gqa_names_each_bad_argument():
+    q, k, v = randn(0, 2, 4, 5, 3), randn(1, 2, 2, 7, 3), randn(2, 2, 2, 7, 3)
+    for name, args in (("query", (q[0, 0], k, v)), ("key", (q, k[0, 0], v)),
+                       ("value", (q, k, v[0, 0]))):
+        with pytest.raises(ValueError, match=rf"^{name} must have at least 3 dimensions"):
+            grouped_query_attention(*args)
+    with pytest.raises(TypeError, match=r"^value must be a torch\.Tensor, got list"):
+        grouped_query_attention(q, k, [1.0])
+    for args in ((q, k[:1], v), (q, k, v[:1])):  # only the key's, only the value's batch
+        with pytest.raises(ValueError, match=r"^query \(\.\.\., h, L_q, d_k\), key and value "
+                                             r"\(\.\.\., h_kv, L_k, d\) must share their batch"):
+            grouped_query_attention(*args)
+    with pytest.raises(ValueError, match=r"^key and value must have the same number of heads"):
+        grouped_query_attention(q, k, v[:, :1])
+    with pytest.raises(TypeError, match=r"^causal must be a bool, got NoneType"):
+        grouped_query_attention(q, k, v, causal=None)
+
+
+def test_kv_cache_names_each_bad_argument():
+    good = randn(0, 1, 2, 3, 4)  # (B, h_kv, t, d)
+    for name, args in (("key", ([1.0], good)), ("value", (good, [1.0]))):
+        with pytest.raises(TypeError, match=rf"^{name} must be a torch\.Tensor, got list"):
+            KVCache().append(*args)
+    for name, args in (("key", (good[0], good)), ("value", (good, good[0]))):
+        with pytest.raises(ValueError, match=rf"^{name} must have at least 4 dimensions"):
+            KVCache().append(*args)
+    with pytest.raises(TypeError, match=r"^key must be a floating-point tensor"):
+        KVCache().append(good.long(), good)
+    for args in ((good[None], good), (good, good[None])):  # one of the two is 5-D
+        with pytest.raises(ValueError, match=r"^key and value must be \(B, h_kv, t, d\)"):
+            KVCache().append(*args)
+    with pytest.raises(ValueError, match=r"^key and value must agree on \(B, h_kv, t\)"):
+        KVCache().append(good, good[:, :1])
+    with pytest.raises(TypeError, match=r"^key and value must share one dtype"):
+        KVCache().append(good, good.float())
+    with pytest.raises(TypeError, match=r"^max_len must be an int, got float"):
+        KVCache(max_len=4.0)
+    with pytest.raises(ValueError, match=r"^max_len must be positive, got 0"):
+        KVCache(max_len=0)
+
+
+def test_kv_cache_rejects_a_key_width_other_than_its_own():
+    cache = KVCache()
+    cache.append(randn(0, 1, 2, 3, 4), randn(1, 1, 2, 3, 6))  # d_k = 4, d_v = 6
+    with pytest.raises(ValueError, match=r"^key \(1, 2, 1, 5\) / value \(1, 2, 1, 6\) "
+                                         r"\(torch\.float64\) do not match the cache's"):
+        cache.append(randn(2, 1, 2, 1, 5), randn(3, 1, 2, 1, 6))
+    assert cache.length == 3
+
+
+def test_kv_cache_fills_exactly_to_max_len_in_one_storage():
+    # the storage is allocated once, at the first append, and holds exactly max_len positions
+    cache = KVCache(max_len=5)
+    pointers = set()
+    for step, t in enumerate([3, 2]):
+        keys, values = cache.append(randn(step, 1, 2, t, 4), randn(step + 9, 1, 2, t, 4))
+        pointers.add(keys.untyped_storage().data_ptr())
+        assert cache.allocated_nbytes == 2 * 2 * 5 * 4 * 8
+    assert len(pointers) == 1 and cache.length == 5 and cache.nbytes == cache.allocated_nbytes
+    with pytest.raises(ValueError, match=r"^the cache holds at most max_len = 5 positions; it "
+                                         r"has 5 and 1 more were appended"):
+        cache.append(randn(3, 1, 2, 1, 4), randn(4, 1, 2, 1, 4))
+
+
+def test_kv_cache_grows_only_when_full():
+    # without max_len: the capacity is 16 up to 16 positions, 32 from the 17th on, ...
+    per_position = 2 * 2 * 8  # keys and values, 1 head, d = 2, float64
+    cache = KVCache()
+    for n in range(1, 34):
+        cache.append(randn(n, 1, 1, 1, 2), randn(n + 1, 1, 1, 1, 2))
+        expected = 16 if n <= 16 else 32 if n <= 32 else 64
+        assert cache.allocated_nbytes == expected * per_position, n
+    # a first append longer than 16 positions gets storage for all of it
+    big = KVCache()
+    keys, _ = big.append(randn(0, 1, 1, 40, 2), randn(1, 1, 1, 40, 2))
+    assert keys.shape == (1, 1, 40, 2) and big.allocated_nbytes == 40 * per_position
+
+
+@pytest.mark.parametrize("name", ["num_layers", "h_kv", "d", "batch"])
+def test_kv_cache_bytes_names_each_bad_argument(name):
+    args = {"num_layers": 2, "h_kv": 2, "d": 4, "length": 3, "batch": 1}
+    args[name] = 0
+    with pytest.raises(ValueError, match=rf"^{name} must be positive, got 0"):
+        kv_cache_bytes(**args)
+
+
+def test_kv_cache_bytes_length_is_an_int_from_zero():
+    assert kv_cache_bytes(2, 2, 4, 0) == 0  # an empty cache costs nothing
+    assert kv_cache_bytes(2, 2, 4, 1) == 2 * 2 * 2 * 4 * 4
+    for bad in (2.5, True, -1):
+        with pytest.raises(ValueError, match=r"^length must be an int >= 0, got "):
+            kv_cache_bytes(2, 2, 4, bad)
+    with pytest.raises(TypeError, match=r"^dtype must be a torch\.dtype, got str"):
+        kv_cache_bytes(2, 2, 4, 3, dtype="float16")
+
+
+def _count_full_forward_passes(model):
+    calls = []
+    model.register_forward_hook(lambda module, args, output: calls.append(1))
+    return calls
+
+
+def test_generate_uses_the_cache_by_default():
+    # with the cache, the model's full forward pass is never run; without it, once a step
+    torch.manual_seed(1)
+    model = AttentionOnlyTransformer(7, 8, 2, 2, max_len=12)
+    calls = _count_full_forward_passes(model)
+    prompt = torch.randint(0, 7, (2, 3))
+    tokens, _ = generate(model, prompt, 4)
+    assert calls == []
+    ref, _ = generate(model, prompt, 4, use_cache=False)
+    assert len(calls) == 4 and torch.equal(tokens, ref)
+
+
+@pytest.mark.parametrize("L0", [1, 2])
+def test_generate_with_the_shortest_prompts(L0):
+    # a one-token prompt is allowed; a two-token prompt is the shortest one that needs the
+    # causal mask inside the cached prompt pass (two layers: the second reads the first's
+    # output at position 0, which must not have seen position 1)
+    torch.manual_seed(L0)
+    model = AttentionOnlyTransformer(11, 16, 2, 2, max_len=20)
+    prompt = torch.randint(0, 11, (2, L0))
+    tokens, logits = generate(model, prompt, 6)
+    ref_tokens, ref_logits = generate(model, prompt, 6, use_cache=False)
+    torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(tokens, ref_tokens)
+
+
+def test_generate_sizes_each_cache_exactly(monkeypatch):
+    # one cache per layer, allocated for the L_0 + n_new - 1 positions fed to the model and
+    # full at the end: no reallocation, no unused storage
+    made = []
+
+    class RecordingCache(KVCache):
+        def __init__(self, max_len=None):
+            super().__init__(max_len)
+            made.append(self)
+
+    monkeypatch.setattr(efficient, "KVCache", RecordingCache)
+    torch.manual_seed(2)
+    model = AttentionOnlyTransformer(7, 8, 2, 3, max_len=12)
+    generate(model, torch.randint(0, 7, (1, 4)), 5)
+    assert len(made) == 3
+    for cache in made:
+        assert cache.max_len == cache.length == 4 + 5 - 1
+        assert cache.allocated_nbytes == cache.nbytes > 0
+
+
+def test_generate_times_each_step(monkeypatch):
+    # a thread clock that advances 0.25 s at each reading: every step reads it twice
+    class FakeClock:
+        now = 100.0
+
+        def thread_time(self):
+            self.now += 0.25
+            return self.now
+
+    monkeypatch.setattr(efficient, "time", FakeClock())
+    torch.manual_seed(3)
+    model = AttentionOnlyTransformer(7, 8, 2, 1, max_len=12)
+    for use_cache in (True, False):
+        timings = []
+        generate(model, torch.randint(0, 7, (1, 3)), 4, use_cache=use_cache, timings=timings)
+        assert timings == [0.25] * 4
+
+
+def test_generate_names_each_bad_argument():
+    model = AttentionOnlyTransformer(5, 8, 2, 1, max_len=10)
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer, got Linear"):
+        generate(torch.nn.Linear(2, 2), prompt, 2)
+    with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 5\), got values from 0 "
+                                         r"to 5"):
+        generate(model, torch.tensor([[0, 5]]), 2)
+    with pytest.raises(ValueError, match=r"^n_new must be positive, got 0"):
+        generate(model, prompt, 0)
+    with pytest.raises(TypeError, match=r"^use_cache must be a bool, got int"):
+        generate(model, prompt, 2, use_cache=1)
+    with pytest.raises(ValueError, match=r"^the prompt must hold at least one token, got "
+                                         r"L_0 = 0$"):
+        generate(model, torch.zeros(1, 0, dtype=torch.long), 2)
+
+
+def test_blockwise_masked_prefix_then_very_negative_scores():
+    # query 0 may not see key block 0 (keys 0-3); all its scores are about -190. A bug once
+    # clamped the running maximum to 0 after the fully masked block, and these underflowed.
+    g = torch.Generator().manual_seed(41)
+    q = torch.full((1, 2, 4), -10.0)
+    k = torch.rand(1, 8, 4, generator=g) + 9.0
+    v = torch.randn(1, 8, 3, generator=g)
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[0, :4] = False
+    out = blockwise_attention(q, k, v, block_size=4, query_block_size=2, mask=mask)
+    ref, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, ref, **TOL[torch.float32])

@@ -516,3 +516,213 @@ def test_bad_return_attention():
 def test_bad_helper_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- issue 13
+# Tests added for the mutation run: every bad-input path names its argument (anchored
+# matches, so a mangled name or message fails), the boundaries of the checks on both sides,
+# the layers' defaults and their repr.
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: edge_index_to_adjacency(E_OK.double(), 4), TypeError,
+         r"^edge_index must have dtype torch\.int64, got torch\.float64; "
+         r"convert it with edge_index\.long\(\)$"),
+        (lambda: edge_index_to_adjacency(E_OK.tolist(), 4), TypeError,
+         r"^edge_index must be a torch\.Tensor, got list$"),
+        (lambda: edge_index_to_adjacency(E_OK[None], 4), ValueError,
+         r"^edge_index must have shape \(2, E\) \(row 0: sources, row 1: targets\), "
+         r"got shape \(1, 2, 2\)$"),
+        (lambda: edge_index_to_adjacency(torch.zeros(3, 1, dtype=torch.int64), 4), ValueError,
+         r"^edge_index must have shape \(2, E\) .*, got shape \(3, 1\)$"),
+        (lambda: edge_index_to_adjacency(_edges([(0, -2)]), 4), ValueError,
+         r"^edge_index holds a negative node id \(-2\); node ids start at 0$"),
+        (lambda: edge_index_to_adjacency(E_OK, True), TypeError,
+         r"^num_nodes must be an int, got bool$"),
+        (lambda: edge_index_to_adjacency(E_OK, -1), ValueError,
+         r"^num_nodes must be >= 0, got -1$"),
+        (lambda: edge_index_to_adjacency(E_OK, 4, add_self_loops=None), TypeError,
+         r"^add_self_loops must be a bool, got NoneType$"),
+        (lambda: add_self_loops(E_OK, 3), ValueError,
+         r"^edge_index holds node 3, but num_nodes gives 3 nodes \(ids 0\.\.N-1\)$"),
+        (lambda: add_self_loops(E_OK, 4.0), TypeError, r"^num_nodes must be an int, got float$"),
+        (lambda: attention_to_dense(E_OK, torch.ones(2, 1), 3), ValueError,
+         r"^edge_index holds node 3, but num_nodes gives 3 nodes"),
+        (lambda: attention_to_dense(E_OK, torch.ones(2, 1), 4.0), TypeError,
+         r"^num_nodes must be an int, got float$"),
+        (lambda: attention_to_dense(E_OK, [[1.0], [1.0]], 4), TypeError,
+         r"^alpha must be a torch\.Tensor, got list$"),
+        (lambda: attention_to_dense(E_OK, torch.ones(2, 1, dtype=torch.int64), 4), TypeError,
+         r"^alpha must be a floating-point tensor, got dtype torch\.int64"),
+        (lambda: attention_to_dense(E_OK, torch.tensor(1.0), 4), ValueError,
+         r"^alpha must have at least 1 dimensions, got shape \(\)$"),
+        (lambda: attention_to_dense(E_OK, torch.ones(3), 4), ValueError,
+         r"^alpha must have shape \(E,\) or \(E, h\) with E = 2 edges, got shape \(3,\)$"),
+        (lambda: segment_softmax(torch.ones(2, dtype=torch.int64), torch.tensor([0, 1]), 2),
+         TypeError, r"^scores must be a floating-point tensor, got dtype torch\.int64"),
+        (lambda: segment_softmax(torch.tensor(1.0), torch.tensor([0]), 2), ValueError,
+         r"^scores must have at least 1 dimensions, got shape \(\)$"),
+        (lambda: segment_softmax([1.0, 2.0], torch.tensor([0, 1]), 2), TypeError,
+         r"^scores must be a torch\.Tensor, got list$"),
+        (lambda: segment_softmax(torch.ones(2), torch.tensor([0, 1]), -1), ValueError,
+         r"^num_nodes must be >= 0, got -1$"),
+        (lambda: segment_softmax(torch.ones(2), [0, 1], 2), TypeError,
+         r"^index must be a 1-D torch\.int64 tensor \(the target of each edge\)$"),
+        (lambda: segment_softmax(torch.ones(2), torch.tensor([0, 1], dtype=torch.int32), 2),
+         TypeError, r"^index must be a 1-D torch\.int64 tensor \(the target of each edge\)$"),
+        (lambda: segment_softmax(torch.ones(2, 1), torch.tensor([[0], [1]]), 2), TypeError,
+         r"^index must be a 1-D torch\.int64 tensor \(the target of each edge\)$"),
+        (lambda: segment_softmax(torch.ones(3), torch.tensor([0, 1]), 2), ValueError,
+         r"^index has 2 entries but scores has 3 edges$"),
+        (lambda: segment_softmax(torch.ones(2), torch.tensor([0, 2]), 2), ValueError,
+         r"^index holds node ids outside \[0, 2\)$"),
+    ],
+)
+def test_helpers_name_each_bad_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_helpers_accept_the_boundaries():
+    """num_nodes = 0 (an empty graph) and node ids up to N - 1 are valid."""
+    empty = torch.zeros(2, 0, dtype=torch.int64)
+    assert edge_index_to_adjacency(empty, 0).shape == (0, 0)
+    assert add_self_loops(empty, 0).shape == (2, 0)
+    assert attention_to_dense(empty, torch.ones(0, 2), 0).shape == (2, 0, 0)
+    assert segment_softmax(torch.ones(0, 2), torch.zeros(0, dtype=torch.int64), 0).shape == (0, 2)
+    top = _edges([(0, 3), (3, 0)])  # the largest id, N - 1 = 3
+    assert edge_index_to_adjacency(top, 4)[3, 0] and edge_index_to_adjacency(top, 4)[0, 3]
+    torch.testing.assert_close(segment_softmax(torch.zeros(2), torch.tensor([3, 3]), 4),
+                               torch.full((2,), 0.5))
+
+
+@pytest.mark.parametrize(
+    "x, edge_index, error, match",
+    [
+        ([[0.0] * 5], E_OK, TypeError, r"^x must be a torch\.Tensor, got list$"),
+        (X10.long(), E_OK, TypeError,
+         r"^x must be a floating-point tensor, got dtype torch\.int64; convert it first"),
+        (X10[0], E_OK, ValueError, r"^x must have at least 2 dimensions, got shape \(5,\)$"),
+        (X10[None], E_OK, ValueError,
+         r"^x must have shape \(N, in_features\), got shape \(1, 10, 5\)$"),
+        (torch.zeros(10, 4, dtype=torch.float64), E_OK, ValueError,
+         r"^x has 4 features, the layer expects 5$"),
+        (X10.float(), E_OK, TypeError,
+         r"^x has dtype torch\.float32 but the layer's parameters are torch\.float64; "
+         r"convert one of them, e\.g\. layer\.to\(torch\.float32\)$"),
+        (X10, E_OK.int(), TypeError,
+         r"^edge_index must have dtype torch\.int64, got torch\.int32; "
+         r"convert it with edge_index\.long\(\)$"),
+        (X10, E_OK[:, :, None], ValueError,
+         r"^edge_index must have shape \(2, E\) \(row 0: sources, row 1: targets\), "
+         r"got shape \(2, 2, 1\)$"),
+        (X10, _edges([(10, 3)]), ValueError,
+         r"^edge_index holds node 10, but x has 10 nodes \(ids 0\.\.N-1\)$"),
+    ],
+)
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_forward_names_each_bad_argument(name, x, edge_index, error, match):
+    layer = PAIRS[name][0](5, 4).double()
+    with pytest.raises(error, match=match):
+        layer(x, edge_index)
+    with pytest.raises(TypeError, match=r"^return_attention must be a bool, got NoneType$"):
+        layer(X10, E_OK, return_attention=None)
+
+
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"in_features": 0}, ValueError, r"^in_features must be positive, got 0$"),
+        ({"in_features": 5.0}, TypeError, r"^in_features must be an int, got float$"),
+        ({"out_features": 0}, ValueError, r"^out_features must be positive, got 0$"),
+        ({"heads": -1}, ValueError, r"^heads must be positive, got -1$"),
+        ({"concat": None}, TypeError, r"^concat must be a bool, got NoneType$"),
+        ({"add_self_loops": 0}, TypeError, r"^add_self_loops must be a bool, got int$"),
+        ({"bias": 1}, TypeError, r"^bias must be a bool, got int$"),
+        ({"negative_slope": None}, TypeError,
+         r"^negative_slope must be a real number, got NoneType$"),
+        ({"negative_slope": False}, TypeError, r"^negative_slope must be a real number, got bool$"),
+        ({"negative_slope": math.nan}, ValueError, r"^negative_slope must be finite, got nan$"),
+        ({"negative_slope": -math.inf}, ValueError, r"^negative_slope must be finite, got -inf$"),
+        ({"dropout": "0"}, TypeError, r"^dropout must be a real number, got str$"),
+        ({"dropout": True}, TypeError, r"^dropout must be a real number, got bool$"),
+        ({"dropout": 1}, ValueError, r"^dropout must be in \[0, 1\), got 1$"),
+        ({"dropout": -1e-9}, ValueError, r"^dropout must be in \[0, 1\), got -1e-09$"),
+    ],
+)
+def test_constructor_names_each_bad_argument(name, kwargs, error, match):
+    args = {"in_features": 5, "out_features": 4, **kwargs}
+    with pytest.raises(error, match=match):
+        PAIRS[name][0](**args)
+
+
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_constructor_accepts_the_boundaries(name):
+    cls = PAIRS[name][0]
+    assert cls(1, 1, heads=1).heads == 1  # 1 is positive
+    assert cls(2, 2, dropout=0.0).dropout == 0.0 and cls(2, 2, dropout=0).dropout == 0.0
+    assert cls(2, 2, dropout=0.999).dropout == 0.999
+    assert cls(2, 2, negative_slope=0).negative_slope == 0.0  # LeakyReLU -> ReLU
+    assert isinstance(cls(2, 2, negative_slope=0).negative_slope, float)
+
+
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_layer_defaults(name):
+    """heads=1, concat=True, negative_slope=0.2, dropout=0.0, add_self_loops=True, bias=True:
+    the same draws, settings and outputs (in training mode, where dropout would act) as with
+    every argument given."""
+    cls = PAIRS[name][0]
+    torch.manual_seed(0)
+    default = cls(D, C).double().train()
+    torch.manual_seed(0)
+    explicit = cls(D, C, heads=1, concat=True, negative_slope=0.2, dropout=0.0,
+                   add_self_loops=True, bias=True).double().train()
+    assert default.extra_repr() == explicit.extra_repr() == (
+        f"{D}, {C}, heads=1, concat=True, negative_slope=0.2, dropout=0.0, "
+        "add_self_loops=True, bias=True")
+    for (key, p), q in zip(default.state_dict().items(), explicit.state_dict().values(),
+                           strict=True):
+        assert torch.equal(p, q), key
+    with torch.no_grad():
+        default.bias.normal_()
+        explicit.bias.copy_(default.bias)
+    x, edge_index = randn(3, N, D), _graph("with_loops")
+    out, (edges, alpha) = default(x, edge_index, return_attention=True)
+    ref_out, (ref_edges, ref_alpha) = explicit(x, edge_index, return_attention=True)
+    assert torch.equal(out, ref_out) and torch.equal(edges, ref_edges)
+    assert torch.equal(alpha, ref_alpha)
+    # and the two-argument call is the same as return_attention=False
+    assert torch.equal(default(x, edge_index), out)
+
+
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_extra_repr_states_every_setting(name):
+    cls = PAIRS[name][0]
+    layer = cls(3, 2, heads=4, concat=False, negative_slope=0.1, dropout=0.25,
+                add_self_loops=False, bias=False)
+    assert layer.extra_repr() == ("3, 2, heads=4, concat=False, negative_slope=0.1, "
+                                  "dropout=0.25, add_self_loops=False, bias=False")
+    assert repr(layer).startswith(f"{cls.__name__}(\n  3, 2, heads=4, concat=False")
+
+
+def test_single_out_of_range_entries_are_caught():
+    """One edge, one index entry: still checked (not only lists of two or more)."""
+    with pytest.raises(ValueError, match=r"^index holds node ids outside \[0, 2\)$"):
+        segment_softmax(torch.ones(1), torch.tensor([2]), 2)
+    with pytest.raises(ValueError, match=r"^index holds node ids outside \[0, 2\)$"):
+        segment_softmax(torch.ones(1, 3), torch.tensor([-1]), 2)
+    with pytest.raises(ValueError, match=r"^edge_index holds node 4, but num_nodes gives 4 "
+                       r"nodes \(ids 0\.\.N-1\)$"):
+        edge_index_to_adjacency(_edges([(4, 0)]), 4)
+
+
+def test_dense_views_follow_the_input_device():
+    """The dense views are allocated on the input's device; PyTorch's meta device stands in
+    for a GPU on a CPU-only build (an empty graph, since the id checks read values)."""
+    empty = torch.zeros(2, 0, dtype=torch.int64, device="meta")
+    assert edge_index_to_adjacency(empty, 3).device.type == "meta"
+    assert edge_index_to_adjacency(empty, 3, add_self_loops=True).device.type == "meta"
+    alpha = torch.ones(0, 2, device="meta")
+    assert attention_to_dense(empty, alpha, 3).device.type == "meta"
+    assert attention_to_dense(empty, alpha, 3).shape == (2, 3, 3)

@@ -368,3 +368,613 @@ def test_accuracy_rejects_an_empty_mask():
     with pytest.raises(ValueError, match="mask selects no node"):
         G.accuracy(torch.zeros(3, 2), torch.zeros(3, dtype=torch.int64),
                    torch.zeros(3, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------- issue 13
+# Tests added after a mutation run of attention_src.graph_tasks: each checks a contract that
+# a surviving mutant broke (a default, an argument named in its error, the schedule, the
+# layout's arithmetic) against an independent reference or a hand-computed case.
+def _spring_reference(edge_index: torch.Tensor, n: int, iterations: int,
+                      seed: int) -> np.ndarray:
+    """Fruchterman-Reingold as the docstring states it, node by node in plain loops.
+
+    Undirected simple graph (self-loops dropped); start at the Laplacian's eigenvectors 2 and
+    3 plus 0.01 N(0, 1) noise from ``default_rng(seed)``, scaled to max |coordinate| = 1;
+    per step, node i moves along the sum over j != i of the unit vector (p_i - p_j) / d
+    times repulsion c^2 / d minus attraction d^2 / c (linked pairs), by at most a
+    temperature 0.1 (1 - t / T); d carries the implementation's 1e-9 softening, as does the
+    displacement's length. Finally centred and scaled into [-1, 1].
+    """
+    adj = np.zeros((n, n))
+    for s, t in edge_index.T.tolist():
+        if s != t:
+            adj[s, t] = adj[t, s] = 1.0
+    lap = np.diag(adj.sum(1)) - adj
+    vecs = np.linalg.eigh(lap)[1]
+    pos = vecs[:, 1:3] + 0.01 * np.random.default_rng(seed).standard_normal((n, 2))
+    pos = pos / np.abs(pos).max()
+    c = 1.0 / math.sqrt(n)
+    for t in range(iterations):
+        new = pos.copy()
+        for i in range(n):
+            disp = np.zeros(2)
+            for j in range(n):
+                if j == i:
+                    continue
+                d = math.hypot(*(pos[i] - pos[j])) + 1e-9
+                magnitude = c * c / d - adj[i, j] * d * d / c  # repulsion - attraction
+                disp += (pos[i] - pos[j]) / d * magnitude
+            length = math.hypot(*disp) + 1e-9
+            new[i] = pos[i] + disp / length * min(length, 0.1 * (1.0 - t / iterations))
+        pos = new
+    pos = pos - pos.mean(0)
+    return pos / np.abs(pos).max()
+
+
+# a kite with a tail, given with one direction per link, a duplicate and a self-loop
+_KITE = torch.tensor([[0, 0, 1, 1, 2, 3, 5, 6, 6, 4], [1, 2, 2, 3, 3, 4, 4, 5, 6, 5]])
+
+
+@pytest.mark.parametrize("iterations", [1, 3, 12])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_spring_layout_matches_a_loop_reference(iterations, seed):
+    pos = G.spring_layout(_KITE, 7, iterations=iterations, seed=seed)
+    ref = _spring_reference(_KITE, 7, iterations, seed)
+    np.testing.assert_allclose(pos, ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(pos.mean(0), 0.0, atol=1e-15)  # centred ...
+    assert np.abs(pos).max() == 1.0  # ... and scaled into [-1, 1]
+
+
+def test_spring_layout_defaults():
+    default = G.spring_layout(_KITE, 7)
+    np.testing.assert_array_equal(default, G.spring_layout(_KITE, 7, iterations=300, seed=0))
+
+
+def test_uniform_entropy_counts_nodes_without_in_edges():
+    edges = torch.tensor([[1, 2, 0], [0, 0, 1]])  # nodes 2, 3 and 4 receive nothing
+    u = G.uniform_entropy(edges, 5)
+    torch.testing.assert_close(u, torch.tensor([math.log(2), 0.0, 0.0, 0.0, 0.0],
+                                               dtype=torch.float64))
+    alpha = torch.tensor([[0.5], [0.5], [1.0]], dtype=torch.float64)
+    h = G.attention_entropy(edges, alpha, 5)
+    torch.testing.assert_close(h[:, 0], u)  # uniform weights reach the bound
+
+
+def test_attention_entropy_float32_zero_weights():
+    """Float32 weights that are exactly 0 (a dropped edge) count as 0 log 0 = 0, not NaN."""
+    edges = torch.tensor([[0, 1, 2, 1], [1, 1, 1, 2]])
+    alpha = torch.tensor([0.5, 0.0, 0.5, 1.0])
+    h = G.attention_entropy(edges, alpha, 3)
+    assert h.dtype == torch.float32
+    torch.testing.assert_close(h[:, 0], torch.tensor([0.0, math.log(2), 0.0]))
+
+
+@pytest.mark.parametrize(
+    ("alpha", "error", "match"),
+    [
+        ([0.5, 0.5], TypeError, r"^alpha must be a torch\.Tensor, got list"),
+        (torch.ones(2, dtype=torch.int64), TypeError,
+         r"^alpha must be a floating-point tensor, got dtype torch\.int64"),
+        (torch.tensor(0.5), ValueError, r"^alpha must have at least 1 dimensions"),
+    ],
+)
+def test_attention_entropy_names_a_bad_alpha(alpha, error, match):
+    edges = torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(error, match=match):
+        G.attention_entropy(edges, alpha, 2)
+
+
+def _lookup_head_model(k: int) -> G.LookupModel:
+    """GATv2 with 2 heads of width k: head 0 built by hand to look up the asked key, head 1
+    all zeros (every score 0: uniform weights)."""
+    model = G.LookupModel("gatv2", k, hidden=k, heads=2)
+    conv = model.conv
+    with torch.no_grad():
+        for p in (conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, conv.att):
+            p.zero_()
+        conv.lin_l.weight[:k, :k] = torch.eye(k)  # z_j = one_hot(id of key j)
+        conv.lin_r.weight[:k, :k] = torch.eye(k)  # r_i = one_hot(asked) - 1
+        conv.lin_r.bias[:k] = -1.0
+        conv.att[0, 0] = 1.0
+    return model
+
+
+def test_lookup_measurements_on_a_hand_built_lookup_head():
+    """s_ij = sum LeakyReLU(r_i + z_j): the asked key scores 1 - 0.2 (k - 1), any other key
+    -0.2 (k - 2), a margin of 0.8; so every query's top key is the one it asks for."""
+    k = 4
+    model = _lookup_head_model(k)
+    b = G.lookup_batch(k, 5, torch.Generator().manual_seed(2))
+    weight = math.exp(0.8) / (math.exp(0.8) + k - 1)
+    hit, w = G.asked_key_hits(model, b, head=0)
+    assert hit == 1.0 and w == pytest.approx(weight, abs=1e-6)
+    assert G.asked_key_hits(model, b) == (hit, w)  # head 0 is the default
+    hit1, w1 = G.asked_key_hits(model, b, head=1)  # uniform: key 0 wins every argmax
+    assert hit1 == 0.25 and w1 == pytest.approx(0.25, abs=1e-7)
+    # the asked keys of a graph are a permutation: k different top keys, the mode holds 1 / k
+    assert G.top_key_agreement(model, b, head=0) == 0.25
+    assert G.top_key_agreement(model, b) == 0.25  # head 0 is the default
+    assert G.top_key_agreement(model, b, head=1) == 1.0
+
+
+def test_lookup_weights_reject_reordered_edges_by_name():
+    model = _lookup_head_model(3)
+    b = G.lookup_batch(3, 2, torch.Generator().manual_seed(0))
+    shuffled = b._replace(edge_index=b.edge_index.flip(1))
+    with pytest.raises(ValueError, match=r"^the attention's edges are not in lookup_batch's "
+                       r"order \(graph, query, key\)$"):
+        G.asked_key_hits(model, shuffled)
+
+
+def test_lookup_model_defaults_and_bad_k():
+    torch.manual_seed(0)
+    default = G.LookupModel("gatv2", 3)
+    torch.manual_seed(0)
+    explicit = G.LookupModel("gatv2", 3, hidden=16, heads=4)
+    assert default.conv.heads == 4 and default.conv.out_features == 16
+    for (name, p), q in zip(default.state_dict().items(), explicit.state_dict().values(),
+                            strict=True):
+        assert torch.equal(p, q), name
+    with pytest.raises(ValueError, match=r"^k must be positive, got 0"):
+        G.LookupModel("gat", 0)
+    with pytest.raises(TypeError, match=r"^k must be an int, got float"):
+        G.LookupModel("gat", 2.0)
+
+
+def _adam_step(params, grads, moments, t: int, lr: float, weight_decay: float = 0.0):
+    """One step of Adam (beta 0.9, 0.999, eps 1e-8; L2 weight decay added to the gradient),
+    written out; ``t`` counts from 0, ``moments`` is a list of ``[m, v]`` per parameter."""
+    with torch.no_grad():
+        for p, gr, (m, v) in zip(params, grads, moments, strict=True):
+            gr = gr + weight_decay * p
+            m.mul_(0.9).add_(0.1 * gr)
+            v.mul_(0.999).add_(0.001 * gr * gr)
+            m_hat = m / (1 - 0.9 ** (t + 1))
+            v_hat = v / (1 - 0.999 ** (t + 1))
+            p.sub_(lr * m_hat / (v_hat.sqrt() + 1e-8))
+
+
+def _adam_cosine_reference(model, k, steps, batch, lr, seed, horizon):
+    """train_lookup written out: Adam by hand, with the learning rate of step t (from 0)
+    equal to lr (1 + cos(pi t / horizon)) / 2."""
+    g = torch.Generator().manual_seed(seed)
+    params = list(model.parameters())
+    moments = [[torch.zeros_like(p), torch.zeros_like(p)] for p in params]
+    losses = []
+    for t in range(steps):
+        b = G.lookup_batch(k, batch, g)
+        loss = torch.nn.functional.cross_entropy(model(b.x, b.edge_index)[b.query_mask], b.y)
+        grads = torch.autograd.grad(loss, params)
+        _adam_step(params, grads, moments, t, lr * (1 + math.cos(math.pi * t / horizon)) / 2)
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("horizon", [None, 6])
+def test_train_lookup_is_adam_with_a_cosine_schedule(horizon):
+    torch.manual_seed(0)
+    model = G.LookupModel("gatv2", 3, hidden=4, heads=2)
+    ref = G.LookupModel("gatv2", 3, hidden=4, heads=2)
+    ref.load_state_dict(model.state_dict())
+    state = {name: p.clone() for name, p in model.state_dict().items()}
+    losses = G.train_lookup(model, steps=3, batch=5, lr=0.05, seed=4, horizon=horizon)
+    ref_losses = _adam_cosine_reference(ref, 3, 3, 5, 0.05, 4, horizon or 3)
+    # the losses of 3 steps (the 3rd sees the decayed rate of step 2); parameters are
+    # compared after one step only: some gradients are round-off noise (shifts the softmax
+    # ignores), which Adam's normalisation turns into lr-sized, run-dependent moves
+    np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=1e-5)
+    model.load_state_dict(state)
+    ref.load_state_dict(state)
+    G.train_lookup(model, steps=1, batch=5, lr=0.05, seed=4, horizon=horizon)
+    _adam_cosine_reference(ref, 3, 1, 5, 0.05, 4, 1)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=name)
+
+
+def test_train_lookup_repeats_the_start_of_a_longer_run():
+    """With horizon = the longer run's length, its first steps are reproduced exactly."""
+    torch.manual_seed(0)
+    model = G.LookupModel("gat", 3, hidden=4, heads=2)
+    state = {name: p.clone() for name, p in model.state_dict().items()}
+    long = G.train_lookup(model, steps=6, batch=4)
+    model.load_state_dict(state)
+    assert G.train_lookup(model, steps=4, batch=4, horizon=6) == long[:4]
+    model.load_state_dict(state)
+    assert G.train_lookup(model, steps=4, batch=4)[3] != long[3]  # its own horizon: not
+
+
+class _ConstantLogits(torch.nn.Module):
+    """A stand-in for LookupModel that costs nothing: the same logits ``w`` for every node."""
+
+    k = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(2))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.w.expand(x.shape[0], 2)  # (N, k)
+
+
+def test_train_lookup_defaults():
+    """batch, lr, seed and horizon by comparison with explicit values at 2 steps; the 400
+    default steps (seconds with a real model) with a stand-in model of one parameter."""
+    torch.manual_seed(0)
+    model = G.LookupModel("gat", 3, hidden=4, heads=2)
+    state = {name: p.clone() for name, p in model.state_dict().items()}
+    default = G.train_lookup(model, steps=2)
+    default_params = [p.clone() for p in model.parameters()]
+    model.load_state_dict(state)
+    explicit = G.train_lookup(model, steps=2, batch=32, lr=0.01, seed=0, horizon=2)
+    assert default == explicit
+    for p, q in zip(default_params, model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert len(G.train_lookup(_ConstantLogits())) == 400
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"steps": 0}, ValueError, r"^steps must be positive, got 0"),
+        ({"steps": 2.0}, TypeError, r"^steps must be an int, got float"),
+        ({"steps": 2, "horizon": 0}, ValueError, r"^horizon must be positive, got 0"),
+        ({"steps": 2, "horizon": 1.5}, TypeError, r"^horizon must be an int, got float"),
+    ],
+)
+def test_train_lookup_names_bad_steps_and_horizon(kwargs, error, match):
+    model = G.LookupModel("gat", 2, hidden=2, heads=1)
+    with pytest.raises(error, match=match):
+        G.train_lookup(model, **kwargs)
+
+
+def test_mean_aggregation_names_bad_widths():
+    with pytest.raises(ValueError, match=r"^in_features must be positive, got 0"):
+        G.MeanAggregation(0, 2)
+    with pytest.raises(ValueError, match=r"^out_features must be positive, got 0"):
+        G.MeanAggregation(3, 0)
+    with pytest.raises(TypeError, match=r"^out_features must be an int, got float"):
+        G.MeanAggregation(3, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (("gcn", 3, 2), {}, ValueError,
+         r"^kind must be one of \('gat', 'gatv2', 'uniform', 'mlp'\), got 'gcn'"),
+        (("mlp", 0, 2), {}, ValueError, r"^in_features must be positive, got 0"),
+        (("mlp", 3, 0), {}, ValueError, r"^num_classes must be positive, got 0"),
+        (("mlp", 3, 2), {"hidden": 0}, ValueError, r"^hidden must be positive, got 0"),
+        (("mlp", 3, 2), {"heads": 0}, ValueError, r"^heads must be positive, got 0"),
+        (("mlp", 3, 2), {"heads": 2.0}, TypeError, r"^heads must be an int, got float"),
+        (("mlp", 3, 2), {"dropout": True}, TypeError,
+         r"^dropout must be a real number, got bool"),
+        (("mlp", 3, 2), {"dropout": "0.5"}, TypeError,
+         r"^dropout must be a real number, got str"),
+        (("mlp", 3, 2), {"dropout": 1.0}, ValueError, r"^dropout must be in \[0, 1\), got 1\.0"),
+        (("mlp", 3, 2), {"dropout": -0.1}, ValueError,
+         r"^dropout must be in \[0, 1\), got -0\.1"),
+    ],
+)
+def test_node_classifier_names_each_bad_argument(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        G.NodeClassifier(*args, **kwargs)
+
+
+def test_node_classifier_defaults_and_dropout_bounds():
+    for kind in G.KINDS:
+        torch.manual_seed(0)
+        default = G.NodeClassifier(kind, 5, 3)
+        torch.manual_seed(0)
+        explicit = G.NodeClassifier(kind, 5, 3, hidden=8, heads=4, dropout=0.5)
+        assert default.dropout == 0.5
+        for (name, p), q in zip(default.state_dict().items(), explicit.state_dict().values(),
+                                strict=True):
+            assert torch.equal(p, q), (kind, name)
+    assert G.NodeClassifier("mlp", 3, 2, dropout=0.0).dropout == 0.0  # 0 is allowed
+    assert G.NodeClassifier("mlp", 3, 2, dropout=0).dropout == 0.0  # an int is a real
+
+
+@pytest.mark.parametrize("kind", G.KINDS)
+def test_node_classifier_eval_is_the_two_layers_without_dropout(kind):
+    """In eval mode: logits = layer2(elu(layer1(x))), each layer called on its own."""
+    data = G.karate_club()
+    torch.manual_seed(0)
+    model = G.NodeClassifier(kind, 34, 4, hidden=3, heads=2, dropout=0.6).eval()
+
+    def run(layer, h):
+        return layer(h) if kind == "mlp" else layer(h, data.edge_index)
+
+    expected = run(model.layer2, torch.nn.functional.elu(run(model.layer1, data.x)))
+    torch.testing.assert_close(model(data.x, data.edge_index), expected, rtol=0, atol=0)
+
+
+def test_node_classifier_dropout_acts_on_both_layer_inputs_in_training():
+    """mlp, identity-like weights: with ``x`` all ones and biases 0, layer 1's input is the
+    dropout mask times 1 / (1 - p); counting zeros of the hidden layer shows the rate."""
+    torch.manual_seed(0)
+    p = 0.5
+    model = G.NodeClassifier("mlp", 1, 1, hidden=1, heads=1, dropout=p).train()
+    with torch.no_grad():
+        for lin in (model.layer1, model.layer2):
+            lin.weight.fill_(1.0)
+            lin.bias.zero_()
+    x = torch.ones(4000, 1)
+    out = model(x, torch.zeros(2, 0, dtype=torch.int64))  # (N, 1)
+    # layer 1 sees 0 or 2 (kept and scaled), elu keeps both; layer 2's dropout zeroes half
+    # again: the output is 0 (prob. 1 - (1 - p)^2 = 0.75) or 2 / (1 - p) = 4
+    values = set(out.flatten().tolist())
+    assert values == {0.0, 4.0}
+    rate = float((out == 0).double().mean())
+    se = math.sqrt(0.75 * 0.25 / 4000)
+    assert abs(rate - 0.75) < 5 * se
+    model.eval()
+    assert torch.equal(model(x, torch.zeros(2, 0, dtype=torch.int64)), torch.ones(4000, 1))
+
+
+def test_lookup_batch_names_bad_arguments():
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match=r"^k must be at least 2 \(one key leaves nothing "
+                       r"to look up\), got 1"):
+        G.lookup_batch(1, 3, g)
+    with pytest.raises(ValueError, match=r"^k must be positive, got 0"):
+        G.lookup_batch(0, 3, g)
+    with pytest.raises(TypeError, match=r"^batch must be an int, got float"):
+        G.lookup_batch(3, 2.0, g)
+    with pytest.raises(TypeError, match=r"^generator must be a torch\.Generator, got int"):
+        G.lookup_batch(3, 2, 0)
+    assert G.lookup_batch(2, 1, g).x.shape == (4, 5)  # k = 2 is the smallest allowed
+
+
+def test_knn_graph_names_bad_points():
+    with pytest.raises(TypeError, match=r"^points must be a floating-point tensor"):
+        G.knn_graph(torch.zeros(3, 2, dtype=torch.int64), 1)
+    with pytest.raises(ValueError, match=r"^points must have at least 2 dimensions"):
+        G.knn_graph(torch.zeros(3), 1)
+    with pytest.raises(ValueError, match=r"^points must have shape \(N, d\), got shape "
+                       r"\(3, 2, 1\)"):
+        G.knn_graph(torch.zeros(3, 2, 1), 1)
+    with pytest.raises(ValueError, match=r"^k = 3 neighbours need at least k \+ 1 = 4 "
+                       r"points, got 3"):
+        G.knn_graph(torch.zeros(3, 2), 3)
+    with pytest.raises(ValueError, match=r"^k must be positive, got 0"):
+        G.knn_graph(torch.zeros(3, 2), 0)
+    with pytest.raises(TypeError, match=r"^symmetric must be a bool, got int"):
+        G.knn_graph(torch.zeros(3, 2), 1, symmetric=1)
+    assert G.knn_graph(torch.tensor([[0.0], [1.0], [3.0]]), 2).shape == (2, 6)  # k = N - 1
+
+
+def test_digits_graph_defaults_split_and_features(monkeypatch):
+    """The kNN graph is stubbed (its own tests check it): the call it receives, the split
+    and the features are checked here, at the cost of loading the digits only."""
+    from sklearn.datasets import load_digits
+
+    calls = []
+
+    def fake_knn(points, k, symmetric=False):
+        calls.append((tuple(points.shape), k, symmetric))
+        return torch.zeros(2, 0, dtype=torch.int64)
+
+    monkeypatch.setattr(G, "knn_graph", fake_knn)
+    data = G.digits_graph()
+    assert calls == [((1797, 64), 10, True)]  # k = 10, symmetric
+    digits = load_digits()
+    np.testing.assert_array_equal(data.x.numpy(), (digits.data / 16).astype(np.float32))
+    assert data.x.max() == 1.0 and data.y.tolist() == digits.target.tolist()
+    assert torch.bincount(data.y[data.train_mask]).tolist() == [5] * 10
+    assert torch.equal(data.test_mask, ~data.train_mask)
+    explicit = G.digits_graph(k=10, labelled_per_class=5, seed=0)
+    assert torch.equal(data.train_mask, explicit.train_mask)
+    assert not torch.equal(G.digits_graph(seed=1).train_mask, data.train_mask)
+    # digit 8 has the fewest images, 174: all of them may be labelled, not one more
+    all8 = G.digits_graph(labelled_per_class=174)
+    assert bool(all8.train_mask[all8.y == 8].all())
+    with pytest.raises(ValueError, match=r"^labelled_per_class = 175 exceeds the 174 images "
+                       r"of digit 8$"):
+        G.digits_graph(labelled_per_class=175)
+    with pytest.raises(ValueError, match=r"^labelled_per_class must be positive, got 0"):
+        G.digits_graph(labelled_per_class=0)
+
+
+def test_accuracy_names_each_bad_argument():
+    logits, y = torch.zeros(3, 2), torch.zeros(3, dtype=torch.int64)
+    mask = torch.ones(3, dtype=torch.bool)
+    assert G.accuracy(logits, y, mask) == 1.0  # argmax of ties is class 0
+    with pytest.raises(TypeError, match=r"^logits must be a floating-point tensor"):
+        G.accuracy(logits.long(), y, mask)
+    with pytest.raises(ValueError, match=r"^logits must have at least 2 dimensions"):
+        G.accuracy(logits[:, 0], y, mask)
+    with pytest.raises(TypeError, match=r"^mask must be a bool tensor \(True = node "
+                       r"counted\), got torch\.int64; an integer tensor would select rows"):
+        G.accuracy(logits, y, mask.long())
+    with pytest.raises(TypeError, match=r"^mask must be a bool tensor .*, got list"):
+        G.accuracy(logits, y, [True, True, True])
+    with pytest.raises(ValueError, match=r"^logits \(N, C\), y \(N,\) and mask \(N,\) must "
+                       r"agree in N, got logits \(3, 2\), y list, mask \(3,\)"):
+        G.accuracy(logits, [0, 0, 0], mask)
+    with pytest.raises(ValueError, match=r"^logits .* must agree in N, got logits "
+                       r"\(3, 2, 1\), y \(3,\), mask \(3,\)"):
+        G.accuracy(logits[..., None], y, mask)
+    with pytest.raises(ValueError, match=r"must agree in N, got logits \(3, 2\), y \(3,\), "
+                       r"mask \(2,\)$"):
+        G.accuracy(logits, y, mask[:2])
+    with pytest.raises(ValueError, match=r"^mask selects no node: accuracy is undefined$"):
+        G.accuracy(logits, y, ~mask)
+    one = torch.tensor([False, True, False])  # one node selected is enough
+    assert G.accuracy(torch.tensor([[0.0, 1.0]] * 3), y, one) == 0.0
+
+
+def test_ranking_consistency_names_bad_arguments():
+    att = torch.rand(2, 3)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(TypeError, match=r"^attention must be a floating-point tensor"):
+        G.ranking_consistency(att.long(), mask)
+    with pytest.raises(ValueError, match=r"^attention must have at least 2 dimensions"):
+        G.ranking_consistency(att[0], mask)
+    with pytest.raises(TypeError, match=r"^mask must be a bool tensor \(True = query attends "
+                       r"to key\), got torch\.float32$"):
+        G.ranking_consistency(att, mask.float())
+    with pytest.raises(TypeError, match=r"^mask must be a bool tensor .*, got list$"):
+        G.ranking_consistency(att, mask.tolist())
+    with pytest.raises(ValueError, match=r"^attention \(2, 3\) and mask \(1, 3\) must be the "
+                       r"same \(L_q, L_k\) shape$"):
+        G.ranking_consistency(att, mask[:1])
+    with pytest.raises(ValueError, match=r"^attention \(1, 2, 3\) and mask \(1, 2, 3\)"):
+        G.ranking_consistency(att[None], mask[None])
+
+
+def test_ranking_consistency_against_a_pair_loop():
+    """Random weights and masks against the definition, pair by pair."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        lq, lk = 2 + trial % 4, 2 + trial % 5
+        att = torch.randint(0, 3, (lq, lk), generator=g).double()  # ties on purpose
+        mask = torch.rand(lq, lk, generator=g) < 0.7
+        consistent = total = 0
+        for j in range(lk):
+            for jj in range(lk):
+                if j == jj:
+                    continue
+                seen = [i for i in range(lq) if mask[i, j] and mask[i, jj]]
+                if len(seen) < 2:
+                    continue
+                above = any(att[i, j] > att[i, jj] for i in seen)
+                below = any(att[i, j] < att[i, jj] for i in seen)
+                total += 1
+                consistent += not (above and below)
+        got = G.ranking_consistency(att, mask)
+        if total == 0:
+            assert math.isnan(got)
+        else:
+            assert got == pytest.approx(consistent / total, abs=1e-12)
+
+
+class _LinearOnX(torch.nn.Module):
+    """A node classifier that ignores the edges (one Linear layer): cheap to train."""
+
+    def __init__(self, d: int, c: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(d, c)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_train_node_classifier_is_adam_with_weight_decay():
+    data = G.karate_club()
+    torch.manual_seed(0)
+    model, ref = _LinearOnX(34, 4), _LinearOnX(34, 4)
+    ref.load_state_dict(model.state_dict())
+    run = G.train_node_classifier(model, data, steps=3, lr=0.05, weight_decay=0.1)
+    params = list(ref.parameters())
+    moments = [[torch.zeros_like(p), torch.zeros_like(p)] for p in params]
+    losses = []
+    for t in range(3):
+        logits = ref(data.x, data.edge_index)
+        loss = torch.nn.functional.cross_entropy(logits[data.train_mask],
+                                                 data.y[data.train_mask])
+        _adam_step(params, torch.autograd.grad(loss, params), moments, t, 0.05, 0.1)
+        losses.append(loss.item())
+    np.testing.assert_allclose(run["loss"], losses, rtol=0, atol=1e-6)
+    for p, q in zip(model.parameters(), params, strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+    with torch.no_grad():
+        logits = ref(data.x, data.edge_index)
+    assert run["train_acc"] == G.accuracy(logits, data.y, data.train_mask)
+    assert run["test_acc"] == G.accuracy(logits, data.y, data.test_mask)
+
+
+def test_train_node_classifier_defaults_and_modes():
+    data = G.karate_club()
+    torch.manual_seed(0)
+    model = _LinearOnX(34, 4)
+    state = {name: p.clone() for name, p in model.state_dict().items()}
+    default = G.train_node_classifier(model, data)
+    model.load_state_dict(state)
+    assert default == G.train_node_classifier(model, data, steps=200, lr=0.01,
+                                              weight_decay=5e-4)
+    assert len(default["loss"]) == 200
+    # trained in training mode (dropout on), evaluated in eval mode (dropout off)
+    torch.manual_seed(1)
+    net = G.NodeClassifier("mlp", 34, 4, hidden=2, heads=2, dropout=0.5).eval()
+    run = G.train_node_classifier(net, data, steps=2)
+    assert not net.training
+    with torch.no_grad():
+        logits = net(data.x, data.edge_index)
+    assert run["test_acc"] == G.accuracy(logits, data.y, data.test_mask)
+    # a model handed over in eval mode is trained in training mode: the first loss is that
+    # of a forward with dropout, drawn from the same seed
+    torch.manual_seed(1)
+    net = G.NodeClassifier("mlp", 34, 4, hidden=2, heads=2, dropout=0.5).eval()
+    twin = G.NodeClassifier("mlp", 34, 4, hidden=2, heads=2, dropout=0.5).train()
+    twin.load_state_dict(net.state_dict())
+    torch.manual_seed(2)
+    first = G.train_node_classifier(net, data, steps=1)["loss"][0]
+    torch.manual_seed(2)
+    logits = twin(data.x, data.edge_index)
+    expected = torch.nn.functional.cross_entropy(logits[data.train_mask],
+                                                 data.y[data.train_mask])
+    assert first == expected.item()
+    with pytest.raises(ValueError, match=r"^steps must be positive, got 0"):
+        G.train_node_classifier(model, data, steps=0)
+
+
+def test_node_classifier_layer_widths():
+    """Layer 1: heads heads of width hidden (the other kinds one layer of width
+    heads * hidden); layer 2: one head (or a plain layer) onto the classes."""
+    hidden, heads = 3, 2  # 6 = 3 * 2, unlike 3 + 2 or 3 ** 2
+    shapes = {
+        "gat": {"layer1.lin.weight": (6, 5), "layer1.att_src": (1, 2, 3),
+                "layer1.bias": (6,), "layer2.lin.weight": (4, 6),
+                "layer2.att_src": (1, 1, 4), "layer2.bias": (4,)},
+        "gatv2": {"layer1.lin_l.weight": (6, 5), "layer1.att": (1, 2, 3),
+                  "layer1.bias": (6,), "layer2.lin_l.weight": (4, 6),
+                  "layer2.att": (1, 1, 4), "layer2.bias": (4,)},
+        "uniform": {"layer1.lin.weight": (6, 5), "layer1.bias": (6,),
+                    "layer2.lin.weight": (4, 6), "layer2.bias": (4,)},
+        "mlp": {"layer1.weight": (6, 5), "layer1.bias": (6,), "layer2.weight": (4, 6),
+                "layer2.bias": (4,)},
+    }
+    for kind, expected in shapes.items():
+        model = G.NodeClassifier(kind, 5, 4, hidden=hidden, heads=heads)
+        got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        assert {k: got[k] for k in expected} == expected, kind
+        if kind in ("gat", "gatv2"):
+            assert model.layer1.concat and model.layer1.heads == 2
+            assert model.layer2.heads == 1
+
+
+def test_lookup_batch_draws_only_from_its_generator_and_is_one_hot():
+    torch.manual_seed(0)
+    a = G.lookup_batch(3, 4, torch.Generator().manual_seed(5))
+    torch.manual_seed(1)  # torch's global generator must play no part
+    b = G.lookup_batch(3, 4, torch.Generator().manual_seed(5))
+    for name, t in a._asdict().items():
+        assert torch.equal(t, getattr(b, name)), name
+    # features are 0/1: key rows [id, value, 0] and query rows [asked, 0, 1] hold two ones
+    assert set(a.x.unique().tolist()) == {0.0, 1.0}
+    assert (a.x.sum(1) == 2).all()
+    # the ids returned are those the features encode
+    x = a.x.reshape(4, 6, 7)
+    assert torch.equal(a.value_of_key, x[:, :3, 3:6].argmax(-1))
+    assert torch.equal(a.key_of_query, x[:, 3:, :3].argmax(-1))
+
+
+def test_lookup_accuracy_against_a_per_query_count():
+    torch.manual_seed(3)
+    model = G.LookupModel("gatv2", k=4, hidden=8, heads=2)  # untrained: about 1/k right
+    b = G.lookup_batch(4, 30, torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        logits = model(b.x, b.edge_index)[b.query_mask]  # (30 * 4, 4)
+    right = sum(int(max(range(4), key=lambda v: row[v]) == int(y))
+                for row, y in zip(logits.tolist(), b.y, strict=True))
+    assert G.lookup_accuracy(model, batch=30, seed=7) == right / len(b.y)
+
+
+def test_lookup_accuracy_defaults_are_200_graphs_drawn_with_seed_12345():
+    torch.manual_seed(4)
+    model = G.LookupModel("gat", k=4, hidden=8, heads=2)
+    explicit = G.lookup_accuracy(model, batch=200, seed=12345)
+    assert G.lookup_accuracy(model) == explicit
+    # and the defaults matter: another batch size or seed measures another number
+    assert G.lookup_accuracy(model, batch=201, seed=12345) != explicit
+    assert G.lookup_accuracy(model, batch=200, seed=12346) != explicit

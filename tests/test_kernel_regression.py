@@ -188,3 +188,90 @@ def test_bad_mask_raises():
         nadaraya_watson(q, k, v, 1.0, mask=torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(TypeError, match="torch.bool"):
         nadaraya_watson(q, k, v, 1.0, mask=torch.ones(3, 2))
+
+
+@pytest.mark.parametrize("name,position", [("query", 0), ("keys", 1)])
+def test_scores_name_the_argument_at_fault(name, position):
+    good = [torch.zeros(3), torch.zeros(2)]
+    for bad, error, message in (
+        ([1.0, 2.0], TypeError, rf"^{name} must be a torch\.Tensor, got list$"),
+        (torch.zeros(2, 1), ValueError,
+         rf"^{name} must be 1-D \(one scalar per point\), got shape \(2, 1\)$"),
+        (torch.zeros(0), ValueError, rf"^{name} is empty: need at least one point$"),
+        (torch.zeros(()), ValueError, rf"^{name} must have at least 1 dimensions"),
+    ):
+        args = list(good)
+        args[position] = bad
+        with pytest.raises(error, match=message):
+            gaussian_kernel_scores(*args, 1.0)
+
+
+def test_scores_and_regression_reject_mixed_dtypes_naming_both():
+    f32, f64 = torch.zeros(3), torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"^query \(torch\.float32\) and keys \(torch\.float64\) "
+                                        r"must share one dtype$"):
+        gaussian_kernel_scores(f32, f64, 1.0)
+    with pytest.raises(TypeError, match=r"^keys \(torch\.float64\) and values "
+                                        r"\(torch\.float32\) must share one dtype$"):
+        nadaraya_watson(f32.double(), f64, torch.zeros(2), 1.0)
+    with pytest.raises(TypeError, match=r"^values must be a torch\.Tensor, got ndarray$"):
+        nadaraya_watson(f32, f32, np.zeros(3), 1.0)
+
+
+def test_regression_values_message_names_the_shapes():
+    with pytest.raises(ValueError, match=r"^values must be \(L_k,\) or \(L_k, d\) with L_k = 2 "
+                                         r"\(one per key\), got values \(3, 1\) for keys "
+                                         r"\(2,\)$"):
+        nadaraya_watson(torch.zeros(1), torch.zeros(2), torch.zeros(3, 1), 1.0)
+
+
+@pytest.mark.parametrize("bandwidth", [0.05, 0.5, 1, 3])
+def test_any_positive_bandwidth_is_accepted_ints_included(bandwidth):
+    """Bandwidths below 1 are the interesting ones (wiggly fits); a Python int is a number."""
+    q, k = torch.tensor([0.0, 1.0]), torch.tensor([0.0, 0.5, 2.0])
+    scores = gaussian_kernel_scores(q, k, bandwidth)
+    expected = -((q[:, None] - k[None, :]) ** 2) / (2 * float(bandwidth) ** 2)
+    torch.testing.assert_close(scores, expected)
+
+
+@pytest.mark.parametrize("bad,type_name", [(True, "bool"), ("1", "str"), (None, "NoneType"),
+                                           (torch.tensor(1.0), "Tensor")])
+def test_bandwidth_of_the_wrong_type_is_named(bad, type_name):
+    with pytest.raises(TypeError, match=rf"^bandwidth must be a positive number, got "
+                                        rf"{type_name}$"):
+        gaussian_kernel_scores(torch.zeros(2), torch.zeros(2), bad)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, math.inf, -math.inf, math.nan])
+def test_bandwidth_must_be_positive_and_finite(bad):
+    with pytest.raises(ValueError, match=r"^bandwidth must be positive and finite, got "):
+        gaussian_kernel_scores(torch.zeros(2), torch.zeros(2), bad)
+
+
+def test_a_key_mask_of_shape_L_k_is_shared_by_every_query():
+    """A (L_k,) mask broadcasts over the queries: the same as the (L_q, L_k) mask it repeats."""
+    q, k, v = randn(0, 4), randn(1, 5), randn(2, 5)
+    keep = torch.tensor([True, False, True, True, False])
+    pred, w = nadaraya_watson(q, k, v, 0.8, mask=keep)
+    pred_full, w_full = nadaraya_watson(q, k, v, 0.8, mask=keep.expand(4, 5))
+    torch.testing.assert_close(w, w_full, rtol=0, atol=0)
+    ref, ref_w = nadaraya_watson(q, k[keep], v[keep], 0.8)
+    torch.testing.assert_close(pred, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w[:, keep], ref_w, rtol=1e-12, atol=1e-12)
+    assert bool((w[:, ~keep] == 0).all())
+
+
+def test_regression_names_keys_and_query_when_they_are_bad():
+    v = torch.zeros(2)
+    with pytest.raises(TypeError, match=r"^keys must be a torch\.Tensor, got list$"):
+        nadaraya_watson(torch.zeros(3), [0.0, 1.0], v, 1.0)
+    with pytest.raises(ValueError, match=r"^keys must be 1-D \(one scalar per point\), got "
+                                         r"shape \(2, 1\)$"):
+        nadaraya_watson(torch.zeros(3), torch.zeros(2, 1), v, 1.0)
+    with pytest.raises(ValueError, match=r"^keys is empty: need at least one point$"):
+        nadaraya_watson(torch.zeros(3), torch.zeros(0), torch.zeros(0), 1.0)
+    with pytest.raises(ValueError, match=r"^query must be 1-D \(one scalar per point\), got "
+                                         r"shape \(3, 1\)$"):
+        nadaraya_watson(torch.zeros(3, 1), torch.zeros(2), v, 1.0)
+    pred, _ = nadaraya_watson(torch.zeros(3), torch.zeros(2), torch.zeros(2, 4), 1.0)
+    assert pred.shape == (3, 4)  # (L_k, d) values are the other accepted layout

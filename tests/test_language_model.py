@@ -9,6 +9,8 @@ scores against plain-Python loops over their definitions.
 from __future__ import annotations
 
 import copy
+import math
+import re
 
 import pytest
 import torch
@@ -411,3 +413,304 @@ def nn_linear():
 def test_bad_input_is_refused_with_a_clear_error(call, error, match):
     with pytest.raises(error, match=match):
         call(_model())
+
+
+# --- bad input, boundaries and defaults, argument by argument (issue 13) ----------------------
+
+
+@pytest.mark.parametrize("name", ["vocab_size", "embed_dim", "num_heads", "num_layers",
+                                  "max_len"])
+def test_each_constructor_argument_is_named_when_not_positive(name):
+    args = {"vocab_size": 11, "embed_dim": 12, "num_heads": 3, "num_layers": 2, "max_len": 9}
+    with pytest.raises(ValueError, match=rf"^{name} must be positive, got 0$"):
+        AttentionOnlyTransformer(**(args | {name: 0}))
+    with pytest.raises(TypeError, match=rf"^{name} must be an int, got float$"):
+        AttentionOnlyTransformer(**(args | {name: 2.0}))
+
+
+def test_tokens_that_are_not_a_tensor_or_out_of_range_are_refused_by_name():
+    model = _model()
+    with pytest.raises(TypeError, match=r"^tokens must be a torch\.Tensor, got list$"):
+        model([[1, 2, 3]])
+    with pytest.raises(TypeError, match=r"^tokens must be an integer tensor \(int64\), got "
+                                        r"dtype torch\.float32$"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"^tokens must be \(B, L\), got shape \(1, 1, 3\)$"):
+        model(torch.zeros(1, 1, 3, dtype=torch.long))
+    # a negative id is as wrong as one >= V; both ends of [0, V) are named
+    with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 11\), got values from "
+                                         r"-1 to 4$"):
+        model(torch.tensor([[0, -1, 4]]))
+    with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 11\), got values from "
+                                         r"0 to 11$"):
+        model(torch.tensor([[0, 11, 4]]))
+
+
+def test_the_extreme_token_ids_and_lengths_are_accepted():
+    """ids 0 and V - 1 are valid, and so are L = 1 and L = max_len; L = 0 and L = max_len + 1
+    are not."""
+    model = _model().eval()
+    with torch.no_grad():
+        assert model(torch.tensor([[0, 10, 0]])).shape == (1, 3, 11)
+        assert model(torch.tensor([[10]])).shape == (1, 1, 11)
+        assert model(torch.zeros(2, 9, dtype=torch.long)).shape == (2, 9, 11)
+    with pytest.raises(ValueError, match=r"^tokens must hold at least one position, got L = 0$"):
+        model(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"^sequence length 10 exceeds max_len = 9$"):
+        model(torch.zeros(1, 10, dtype=torch.long))
+
+
+def test_gates_must_be_a_float_tensor_and_may_have_another_float_dtype():
+    model = _model(dtype=torch.float32).eval()
+    tokens = _tokens(7, 2, 6, 11)
+    with pytest.raises(TypeError, match=r"^gates must be a floating-point tensor, got dtype "
+                                        r"torch\.int64"):
+        model(tokens, gates=torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"^gates must be a torch\.Tensor, got list$"):
+        model(tokens, gates=[[1.0] * 3] * 2)
+    with pytest.raises(ValueError, match=r"^gates must have at least 2 dimensions, got shape "
+                                         r"\(6,\)$"):
+        model(tokens, gates=torch.ones(6))
+    with pytest.raises(ValueError, match=r"^gates must be \(num_layers, num_heads\) = \(2, 3\), "
+                                         r"got shape \(3, 2\)$"):
+        model(tokens, gates=torch.ones(3, 2))
+    # float64 gates on a float32 model: converted to the model's dtype, same logits
+    gates = torch.ones(2, 3)
+    gates[1, 0] = 0.0
+    with torch.no_grad():
+        single = model(tokens, gates=gates)
+        double = model(tokens, gates=gates.double())
+    assert double.dtype == torch.float32
+    assert torch.equal(single, double)
+
+
+def test_next_token_losses_name_their_bad_arguments_and_accept_two_positions():
+    tokens = torch.tensor([[1, 2], [0, 3]])
+    with pytest.raises(TypeError, match=r"^logits must be a floating-point tensor"):
+        next_token_losses(torch.zeros(2, 2, 4, dtype=torch.long), tokens)
+    with pytest.raises(ValueError, match=r"^logits must have at least 3 dimensions, got shape "
+                                         r"\(2, 2\)$"):
+        next_token_losses(torch.zeros(2, 2), tokens)
+    with pytest.raises(ValueError, match=r"^logits \(B, L, V\) and tokens \(B, L\) must agree, "
+                                         r"got \(2, 2, 4, 1\) and \(2, 2\)$"):
+        next_token_losses(torch.zeros(2, 2, 4, 1), tokens)
+    with pytest.raises(TypeError, match=r"^tokens must be a torch\.Tensor, got list$"):
+        next_token_losses(torch.zeros(2, 2, 4), [[1, 2], [0, 3]])
+    # L = 2, the shortest valid length: one prediction each, uniform logits give log V
+    losses = next_token_losses(torch.zeros(2, 2, 4, dtype=torch.float64), tokens)
+    assert losses.shape == (2, 1)
+    assert torch.allclose(losses, torch.full((2, 1), math.log(4), dtype=torch.float64))
+
+
+def test_previous_token_score_needs_two_positions_and_takes_the_shortest():
+    with pytest.raises(ValueError, match=r"^previous_token_score needs L >= 2 \(no query has a "
+                                         r"previous token\)$"):
+        previous_token_score(torch.ones(2, 1, 1))
+    with pytest.raises(TypeError, match=r"^weights must be a floating-point tensor"):
+        previous_token_score(torch.ones(2, 3, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"^weights must be a torch\.Tensor, got list$"):
+        previous_token_score([[[1.0]]])
+    with pytest.raises(ValueError, match=r"^weights must be self-attention weights \(\.\.\., L, "
+                                         r"L\), got shape \(2, 3, 4\)$"):
+        previous_token_score(torch.ones(2, 3, 4))
+    # L = 2: one query (position 1), whose weight on key 0 is the score; B = 1 and B = 2
+    w = torch.tensor([[[1.0, 0.0], [0.25, 0.75]], [[1.0, 0.0], [0.5, 0.5]]])
+    assert float(previous_token_score(w)) == pytest.approx(0.375)
+    assert float(previous_token_score(w[:1])) == pytest.approx(0.25)
+
+
+def test_match_scores_name_bad_weights_tokens_and_queries():
+    tokens = torch.tensor([[0, 1, 0, 1]])
+    w = torch.eye(4, dtype=torch.float64).unsqueeze(0)
+    with pytest.raises(ValueError, match=r"^no query has an earlier copy of its token: the score "
+                                         r"is undefined$"):
+        prefix_matching_score(w, torch.tensor([[0, 1, 2, 3]]))
+    with pytest.raises(ValueError, match=r"^no query has an earlier copy of its token"):
+        duplicate_token_score(w, torch.tensor([[0, 1, 2, 3]]))
+    with pytest.raises(TypeError, match=r"^weights must be a floating-point tensor"):
+        prefix_matching_score(w.long(), tokens)
+    with pytest.raises(TypeError, match=r"^tokens must be an integer tensor"):
+        duplicate_token_score(w, tokens.float())
+    with pytest.raises(ValueError, match=r"^weights \(\.\.\., B, L, L\) must match tokens \(B, "
+                                         r"L\), got \(4, 4\) and \(1, 4\)$"):
+        prefix_matching_score(w[0], tokens)
+    with pytest.raises(ValueError, match=r"^queries must be a bool tensor shaped like tokens "
+                                         r"\(1, 4\), got torch\.float32 \(1, 4\)$"):
+        prefix_matching_score(w, tokens, torch.ones(1, 4))
+    with pytest.raises(ValueError, match=r"^queries must be a bool tensor shaped like tokens "
+                                         r"\(1, 4\), got torch\.bool \(4,\)$"):
+        prefix_matching_score(w, tokens, torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"^queries must be a bool tensor shaped like tokens "
+                                         r"\(1, 4\), got list \(\)$"):
+        prefix_matching_score(w, tokens, [[True] * 4])
+
+
+@pytest.mark.parametrize("layer", [True, 1.0, -1, 2])
+def test_ov_copying_score_refuses_a_layer_that_is_not_an_index(layer):
+    with pytest.raises(ValueError, match=rf"^layer must be an int in \[0, 2\), got "
+                                         rf"{re.escape(repr(layer))}$"):
+        ov_copying_score(_model(), layer)
+
+
+def test_ov_copying_score_reads_the_last_layer():
+    """layer = num_layers - 1 is valid: the score of a 2-layer model's second layer."""
+    model = _model()
+    assert ov_copying_score(model, 1).shape == (3,)
+
+
+@pytest.mark.parametrize("heads", [[True], [1.5], [-1], [3]])
+def test_path_ablation_refuses_heads_that_are_not_head_indices(heads):
+    tokens = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^heads must be ints in \[0, 3\), got "
+                                         + re.escape(repr(heads)) + "$"):
+        path_ablated_logits(_model(), tokens, heads, "q")
+
+
+@pytest.mark.parametrize("paths", ["qq", "Q", "X", "qx", ["q"], "", None])
+def test_path_ablation_refuses_paths_that_are_not_distinct_letters_of_qkv(paths):
+    tokens = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^paths must be distinct letters from 'qkv', got "
+                                         + re.escape(repr(paths)) + "$"):
+        path_ablated_logits(_model(), tokens, [0], paths)
+
+
+def test_path_ablation_names_a_model_that_is_not_ours_and_a_short_one():
+    tokens = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer, got "
+                                        r"NoneType$"):
+        path_ablated_logits(None, tokens, [0], "q")
+    for function in (path_ablated_logits, ov_copying_score):
+        args = (tokens, [0], "q") if function is path_ablated_logits else (0,)
+        with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer, got "
+                                            r"Linear$"):
+            function(nn_linear(), *args)
+    with pytest.raises(ValueError, match=r"^path ablation needs at least 2 layers, got 1$"):
+        path_ablated_logits(_model(layers=1), tokens, [0], "q")
+
+
+def test_path_ablation_in_a_deeper_model_runs_the_later_layers_intact():
+    """Three layers: the first two as in the head-by-head reference, then layer 3 as PyTorch's
+    ``nn.MultiheadAttention`` on the (ablated) stream, then the unembedding."""
+    model = _model(layers=3).eval()
+    tokens = _tokens(8, 2, 9, 11)
+    two_layers = copy.deepcopy(model)
+    two_layers.unembed = torch.nn.Identity()  # the reference then returns the stream x_2
+    blocked = torch.ones(9, 9, dtype=torch.bool).triu(1)  # PyTorch: True = may NOT attend
+    with torch.no_grad():
+        x2 = _reference_path_ablation(two_layers, tokens, [1], "qk")
+        third = att.to_torch_multihead(model.layers[2]).eval()
+        x3 = x2 + third(x2, x2, x2, attn_mask=blocked, need_weights=False)[0]
+        ours = path_ablated_logits(model, tokens, [1], "qk")
+        intact = model(tokens)
+    assert torch.allclose(ours, model.unembed(x3), **TOL[torch.float64])
+    assert (ours - intact).abs().max() > 1e-3
+
+
+def _fixed_batches(tokens):
+    return lambda step: tokens
+
+
+def test_train_language_model_defaults_are_lr_1e_3_and_no_evaluation():
+    tokens = _tokens(9, 4, 6, 11)
+    implicit, explicit = _model(dtype=torch.float32), _model(dtype=torch.float32)
+    a = train_language_model(implicit, _fixed_batches(tokens), 3)
+    b = train_language_model(explicit, _fixed_batches(tokens), 3, lr=1e-3, eval_tokens=None,
+                             eval_every=0, on_eval=None)
+    assert torch.equal(a["losses"], b["losses"]) and a["evals"] == b["evals"] == []
+    for p, q in zip(implicit.parameters(), explicit.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("lr", [1e-3, 0.05])
+def test_one_training_step_is_a_hand_written_adam_step(lr):
+    """Adam's first step moves each weight by ``lr * g / (|g| + eps)`` (bias-corrected moments
+    ``m = g``, ``v = g^2``), for ``g`` the gradient of the mean next-token loss."""
+    tokens = _tokens(10, 3, 7, 11)
+    model = _model()
+    before = copy.deepcopy(model)
+    loss = next_token_losses(before(tokens), tokens).mean()
+    grads = torch.autograd.grad(loss, list(before.parameters()))
+    out = train_language_model(model, _fixed_batches(tokens), 1, lr=lr)
+    assert out["losses"].shape == (1,) and float(out["losses"][0]) == pytest.approx(loss.item())
+    for p, p0, g in zip(model.parameters(), before.parameters(), grads, strict=True):
+        expected = p0 - lr * g / (g.abs() + 1e-8)
+        assert torch.allclose(p, expected, atol=1e-9, rtol=0), (p - expected).abs().max()
+
+
+def test_train_language_model_names_its_bad_arguments():
+    model = _model()
+    batches = _fixed_batches(_tokens(11, 2, 5, 11))
+    eval_tokens = _tokens(12, 2, 5, 11)
+
+    def on_eval(step, logits, weights):
+        return {}
+
+    with pytest.raises(ValueError, match=r"^steps must be positive, got 0$"):
+        train_language_model(model, batches, 0)
+    with pytest.raises(TypeError, match=r"^steps must be an int, got float$"):
+        train_language_model(model, batches, 2.0)
+    for bad in (True, 1.5, -1):
+        with pytest.raises(ValueError, match=r"^eval_every must be an int >= 0 \(0: no "
+                                             rf"evaluation\), got {bad!r}$"):
+            train_language_model(model, batches, 2, eval_tokens=eval_tokens, eval_every=bad,
+                                 on_eval=on_eval)
+    for kwargs in ({"eval_tokens": eval_tokens}, {"on_eval": on_eval}, {}):
+        with pytest.raises(ValueError, match=r"^eval_every needs eval_tokens and on_eval$"):
+            train_language_model(model, batches, 2, eval_every=1, **kwargs)
+
+
+@torch.no_grad()
+def _with_random_biases(model: AttentionOnlyTransformer, seed: int) -> AttentionOnlyTransformer:
+    """The projections' biases start at zero; give them values, so that a bias added with the
+    wrong sign, or twice, or not at all, shows."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_path_ablation_and_forward_carry_every_bias(layers):
+    model = _with_random_biases(_model(layers=layers), 13).eval()
+    tokens = _tokens(14, 2, 9, 11)
+    blocked = torch.ones(9, 9, dtype=torch.bool).triu(1)  # PyTorch: True = may NOT attend
+    no_unembed = copy.deepcopy(model)
+    no_unembed.unembed = torch.nn.Identity()  # the reference then returns the stream x_2
+    with torch.no_grad():
+        assert torch.allclose(model(tokens), _reference_forward(model, tokens),
+                              **TOL[torch.float64])
+        x = _reference_path_ablation(no_unembed, tokens, [0, 2], "kv")
+        for layer in model.layers[2:]:
+            ref = att.to_torch_multihead(layer).eval()
+            x = x + ref(x, x, x, attn_mask=blocked, need_weights=False)[0]
+        ours = path_ablated_logits(model, tokens, [0, 2], "kv")
+    assert torch.allclose(ours, model.unembed(x), **TOL[torch.float64])
+
+
+def test_training_asks_batches_for_each_step_in_order_and_evaluates_after_the_last():
+    seen, evaluated = [], []
+    tokens = _tokens(15, 2, 6, 11)
+
+    def batches(step):
+        seen.append(step)
+        return tokens
+
+    model = _model()
+
+    def on_eval(step, logits, weights):
+        # called in eval mode with the current model's logits and weights, computed without
+        # autograd
+        assert not model.training and not logits.requires_grad
+        with torch.no_grad():
+            expected_logits, expected_weights = model(tokens, return_weights=True)
+        assert torch.equal(logits, expected_logits)
+        assert len(weights) == 2 and all(torch.equal(w, e) for w, e in
+                                         zip(weights, expected_weights, strict=True))
+        evaluated.append(step)
+        return {"step": step}
+
+    out = train_language_model(model, batches, 5, eval_tokens=tokens, eval_every=2,
+                               on_eval=on_eval)
+    assert seen == [0, 1, 2, 3, 4]
+    assert evaluated == [0, 2, 4, 5] and out["evals"] == [(s, {"step": s}) for s in evaluated]

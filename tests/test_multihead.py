@@ -658,3 +658,154 @@ def test_conversions_name_the_module_they_need():
         to_torch_multihead(PerHeadMultiHeadAttention(6, 3))
     with pytest.raises(TypeError, match="takes a MultiHeadAttention, got Linear$"):
         to_torch_multihead(torch.nn.Linear(6, 6))
+
+
+# --- constructor defaults, bad input named per argument, masks per head, devices -------------
+
+
+def test_constructor_defaults_are_the_documented_ones():
+    """bias=True, kdim = vdim = embed_dim, dropout=0.0 (SelfAttention: bias=False): a default
+    call builds the same module, parameter for parameter, as the explicit one."""
+    def same(make_default, make_explicit):
+        torch.manual_seed(0)
+        a = make_default()
+        torch.manual_seed(0)
+        b = make_explicit()
+        sa, sb = a.state_dict(), b.state_dict()
+        assert list(sa) == list(sb)
+        assert all(torch.equal(sa[n], sb[n]) for n in sa)
+        return a
+
+    mha = same(lambda: MultiHeadAttention(6, 3),
+               lambda: MultiHeadAttention(6, 3, bias=True, kdim=6, vdim=6, dropout=0.0))
+    assert (mha.kdim, mha.vdim, mha.dropout) == (6, 6, 0.0) and mha.out_proj.bias is not None
+    mhsa = same(lambda: MultiHeadSelfAttention(6, 3),
+                lambda: MultiHeadSelfAttention(6, 3, bias=True, dropout=0.0))
+    assert mhsa.dropout == 0.0 and mhsa.q_proj.bias is not None
+    per_head = same(lambda: PerHeadMultiHeadAttention(6, 3),
+                    lambda: PerHeadMultiHeadAttention(6, 3, bias=True, kdim=6, vdim=6,
+                                                      dropout=0.0))
+    assert per_head.dropout == 0.0 and per_head.heads[0].k_proj.bias is not None
+    sa = same(lambda: SelfAttention(4, 3, 5), lambda: SelfAttention(4, 3, 5, bias=False))
+    assert sa.q_proj.bias is None
+
+
+def test_forward_defaults_are_no_mask_not_causal_with_weights():
+    mha, mhsa = _mha(), _mhsa()
+    q, k, v = _inputs()
+    out, w = mha(q, k, v)
+    out_explicit, w_explicit = mha(q, k, v, mask=None, need_weights=True)
+    assert w is not None and w.shape == (B, H, L_Q, L_K)
+    torch.testing.assert_close(out, out_explicit, atol=0, rtol=0)
+    torch.testing.assert_close(w, w_explicit, atol=0, rtol=0)
+    x = randn(3, B, L_K, E)
+    out, w = mhsa(x)
+    out_explicit, w_explicit = mhsa(x, mask=None, causal=False, need_weights=True)
+    torch.testing.assert_close(out, out_explicit, atol=0, rtol=0)
+    torch.testing.assert_close(w, w_explicit, atol=0, rtol=0)
+    assert (w[..., 0, 1:] > 0).all()  # not causal: the first query sees the later keys
+
+
+def test_mhsa_passes_bias_dropout_and_need_weights_on():
+    torch.manual_seed(0)
+    mhsa = MultiHeadSelfAttention(E, H, bias=False, dropout=0.3).double().eval()
+    assert mhsa.dropout == 0.3
+    assert all(getattr(mhsa, n).bias is None for n in ("q_proj", "k_proj", "v_proj", "out_proj"))
+    x = randn(4, B, L_K, E)
+    out, w = mhsa(x, causal=True, need_weights=False)
+    assert w is None
+    ref, w_ref = mhsa(x, causal=True)
+    torch.testing.assert_close(out, ref, **F64)
+    assert w_ref is not None
+
+
+@pytest.mark.parametrize("module", [_mha, _per_head], ids=["fused", "per_head"])
+def test_a_mask_that_is_not_a_tensor_is_named(module):
+    q, k, v = _inputs()
+    with pytest.raises(TypeError, match=r"^mask must be a boolean torch\.Tensor, got list$"):
+        module()(q, k, v, mask=[[True] * L_K] * L_Q)
+
+
+def test_mhsa_names_a_mask_that_is_not_a_tensor():
+    x = randn(0, B, L_K, E)
+    for causal in (False, True):
+        with pytest.raises(TypeError, match=r"^mask must be a boolean torch\.Tensor, got list$"):
+            _mhsa()(x, mask=[[True] * L_K] * L_K, causal=causal)
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttention, MultiHeadSelfAttention,
+                                 PerHeadMultiHeadAttention])
+def test_constructor_messages_name_the_bad_argument(cls):
+    with pytest.raises(ValueError, match=r"^embed_dim must be positive, got 0$"):
+        cls(0, 1)
+    with pytest.raises(TypeError, match=r"^num_heads must be an int, got float$"):
+        cls(8, 2.0)
+    with pytest.raises(ValueError, match=r"^embed_dim \(10\) must be divisible by num_heads "
+                                         r"\(4\)$"):
+        cls(10, 4)
+    # dropout: 0 is allowed, 1 is not (every weight would be dropped)
+    assert cls(8, 2, dropout=0.0).dropout == 0.0
+    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\), got 1\.0$"):
+        cls(8, 2, dropout=1.0)
+    if cls is not MultiHeadSelfAttention:
+        with pytest.raises(ValueError, match=r"^kdim must be positive, got 0$"):
+            cls(8, 2, kdim=0)
+        with pytest.raises(ValueError, match=r"^vdim must be positive, got -1$"):
+            cls(8, 2, vdim=-1)
+        with pytest.raises(TypeError, match=r"^vdim must be an int, got str$"):
+            cls(8, 2, vdim="4")
+
+
+def test_self_attention_messages_name_the_bad_argument():
+    with pytest.raises(ValueError, match=r"^d_in must be positive, got 0$"):
+        SelfAttention(0, 3, 5)
+    with pytest.raises(ValueError, match=r"^d_k must be positive, got -2$"):
+        SelfAttention(4, -2, 5)
+    with pytest.raises(TypeError, match=r"^d_v must be an int, got NoneType$"):
+        SelfAttention(4, 3, None)
+    sa = SelfAttention(4, 3, 5)
+    with pytest.raises(TypeError, match=r"^x must be a torch\.Tensor, got list$"):
+        sa([[0.0] * 4])
+    with pytest.raises(ValueError, match=r"^x must have 4 features \(d_in\), got shape "
+                                         r"\(6, 5\)$"):
+        sa(torch.ones(6, 5))
+
+
+@pytest.mark.parametrize("mask_shape", [(B, 2, L_Q, L_K), (B, 1, L_Q, L_K), (B, L_Q, L_K)],
+                         ids=str)
+def test_per_head_masks_with_two_heads_equal_the_fused_broadcast(mask_shape):
+    """With h = 2, head i must use slice i of a (B, h, L_q, L_k) mask (and slice 0 of a
+    (B, 1, L_q, L_k) one). Reference: the fused module, which broadcasts the mask against its
+    (B, h, L_q, L_k) scores instead of slicing it."""
+    torch.manual_seed(0)
+    per_head = PerHeadMultiHeadAttention(4, 2).double()
+    fused = fuse_heads(per_head)
+    q = randn(1, B, L_Q, 4)
+    k, v = randn(2, B, L_K, 4), randn(3, B, L_K, 4)
+    mask = _safe_mask(8, *mask_shape)
+    out, w = per_head(q, k, v, mask=mask)
+    ref_out, ref_w = fused(q, k, v, mask=mask)
+    torch.testing.assert_close(out, ref_out, **F64)
+    torch.testing.assert_close(w, ref_w, **F64)
+    full = mask if mask.dim() == 4 else mask[:, None]
+    assert (w[~full.expand_as(w)] == 0).all()
+
+
+def test_fuse_heads_and_mhsa_follow_the_device_of_the_module():
+    # the meta device (shapes, no data) stands in for a GPU on this CPU-only test machine
+    per_head = PerHeadMultiHeadAttention(6, 3).to("meta")
+    fused = fuse_heads(per_head)
+    assert all(p.device.type == "meta" for p in fused.parameters())
+    mhsa = MultiHeadSelfAttention(6, 3).to("meta")
+    x = torch.empty(2, 5, 6, device="meta")
+    out, w = mhsa(x, causal=True)  # the look-ahead mask is moved to x's device
+    assert out.device.type == "meta" and w.shape == (2, 3, 5, 5)
+
+
+@pytest.mark.parametrize("module", [_mha, _per_head], ids=["fused", "per_head"])
+def test_a_value_of_another_dtype_is_named(module):
+    q, k, v = _inputs()
+    with pytest.raises(TypeError, match=r"^inputs must share one dtype, got query: "
+                                        r"torch\.float64, key: torch\.float64, value: "
+                                        r"torch\.float32$"):
+        module()(q, k, v.float())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -138,3 +140,126 @@ def test_rejects_what_the_torch_version_rejects():
         sdpa(q[0], q[0], q[0], mask=[[True] * 3] * 3)
     with pytest.raises(TypeError, match="one dtype, got float32, float64 and float64"):
         sdpa(q[0].astype(np.float32), q[0], q[0])
+
+
+def test_naive_softmax_overflow_gives_nan_without_raising_or_warning():
+    """The overflow is the lesson, so it must come back as NaN, silently, whatever the caller's
+    NumPy error settings: under ``np.errstate(all="raise")`` exp(1000) and inf / inf would
+    otherwise raise FloatingPointError."""
+    x = np.array([[1000.0, 0.0], [1.0, 2.0]])
+    with np.errstate(all="raise"):
+        naive = numpy_ref.naive_softmax(x)
+    assert np.isnan(naive[0]).any()
+    e = np.exp(1.0)
+    np.testing.assert_allclose(naive[1], [1 / (1 + e), e / (1 + e)], atol=1e-15)
+
+
+def test_naive_softmax_normalises_along_the_given_axis():
+    x = np.array([[0.0, 1.0, 2.0], [3.0, 3.0, 3.0]])
+    cols = numpy_ref.naive_softmax(x, axis=0)
+    np.testing.assert_allclose(cols.sum(axis=0), np.ones(3), atol=1e-15)
+    col0 = np.exp([0.0, 3.0]) / np.exp([0.0, 3.0]).sum()
+    np.testing.assert_allclose(cols[:, 0], col0, atol=1e-15)
+    np.testing.assert_allclose(numpy_ref.naive_softmax(x[1]), np.full(3, 1 / 3), atol=1e-15)
+
+
+def test_sdpa_with_one_allowed_key_per_row_puts_all_weight_on_it():
+    """A hand case: each query may attend to exactly one key, so its weight is exactly 1 and
+    its output is that key's value, whatever the scores."""
+    q, k, v = (randn(i, 3, 2).numpy() * 50 for i in range(3))
+    mask = np.array([[False, True, False], [True, False, False], [False, False, True]])
+    out, w = numpy_ref.scaled_dot_product_attention(q, k, v, mask=mask)
+    np.testing.assert_array_equal(w, mask.astype(float))
+    np.testing.assert_allclose(out, v[[1, 0, 2]], atol=1e-12)
+
+
+def test_sdpa_hand_example_with_default_and_explicit_scale():
+    """Two keys, d_k = 4: scores are q.k / 2 by default; softmax of (0, 1) and of (0, 2)."""
+    q = np.array([[1.0, 1.0, 0.0, 0.0]])
+    k = np.array([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    v = np.array([[0.0], [1.0]])
+    _, w = numpy_ref.scaled_dot_product_attention(q, k, v)
+    np.testing.assert_allclose(w, [[1 / (1 + np.e), np.e / (1 + np.e)]], atol=1e-15)
+    _, w1 = numpy_ref.scaled_dot_product_attention(q, k, v, scale=1.0)
+    e2 = np.exp(2.0)
+    np.testing.assert_allclose(w1, [[1 / (1 + e2), e2 / (1 + e2)]], atol=1e-15)
+
+
+def test_sdpa_feature_size_check_uses_the_last_axis_with_batch_dims():
+    """With a batch axis, d_k is still the last axis of query and key: (2, 3, 4) query and
+    (2, 5, 4) key are compatible; (2, 4, 3) query and (2, 4, 4) key are not."""
+    sdpa = numpy_ref.scaled_dot_product_attention
+    out, w = sdpa(np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 6)))
+    assert out.shape == (2, 3, 6) and w.shape == (2, 3, 5)
+    with pytest.raises(ValueError, match=r"^query \(2, 4, 3\) and key \(2, 4, 4\) differ in "
+                                         r"feature size d_k$"):
+        sdpa(np.ones((2, 4, 3)), np.ones((2, 4, 4)), np.ones((2, 4, 4)))
+    with pytest.raises(ValueError, match=r"^key \(2, 3, 4\) and value \(2, 4, 3\) differ in "
+                                         r"length L_k$"):
+        sdpa(np.ones((2, 3, 4)), np.ones((2, 3, 4)), np.ones((2, 4, 3)))
+
+
+@pytest.mark.parametrize("bad", [[1.0], 1.0, torch.ones(2)])
+def test_softmax_rejects_non_arrays_naming_x(bad):
+    with pytest.raises(TypeError, match=rf"^x must be a numpy\.ndarray, got "
+                                        rf"{type(bad).__name__}$"):
+        numpy_ref.softmax(bad)
+    with pytest.raises(TypeError, match=rf"^x must be a numpy\.ndarray, got "
+                                        rf"{type(bad).__name__}$"):
+        numpy_ref.naive_softmax(bad)
+
+
+def test_softmax_and_naive_softmax_accept_one_dimensional_input():
+    x = np.array([0.0, np.log(3.0)])
+    np.testing.assert_allclose(numpy_ref.softmax(x), [0.25, 0.75], atol=1e-15)
+    np.testing.assert_allclose(numpy_ref.naive_softmax(x), [0.25, 0.75], atol=1e-15)
+    with pytest.raises(ValueError, match=r"^x must have at least 1 dimensions, got shape \(\)$"):
+        numpy_ref.naive_softmax(np.array(0.5))
+
+
+def test_sdpa_rejects_a_non_array_or_non_boolean_mask_by_name():
+    a = np.ones((3, 4))
+    sdpa = numpy_ref.scaled_dot_product_attention
+    with pytest.raises(TypeError, match=r"^mask must be a numpy\.ndarray, got Tensor$"):
+        sdpa(a, a, a, mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"^mask must be boolean \(True = may attend\), got "
+                                        r"dtype int64$"):
+        sdpa(a, a, a, mask=np.ones((3, 3), dtype=np.int64))
+    for i, name in enumerate(("query", "key", "value")):
+        ints = [a, a, a]
+        ints[i] = a.astype(np.int64)
+        with pytest.raises(TypeError, match=rf"^{name} must be a floating-point array, got "
+                                            r"dtype int64$"):
+            sdpa(*ints)
+        vector = [a, a, a]
+        vector[i] = a[0]
+        with pytest.raises(ValueError, match=rf"^{name} must have at least 2 dimensions, got "
+                                             r"shape \(4,\)$"):
+            sdpa(*vector)
+
+
+def test_masked_sdpa_emits_no_warning_of_any_kind():
+    """Chapters print these results: a RuntimeWarning (0/0, overflow) or a UserWarning (e.g.
+    NumPy's 'where used without out, expect uninitialised memory') would leak into the page."""
+    q, k, v = (randn(i, 2, 3, 4).numpy() for i in range(3))
+    mask = np.array([[True, False, False], [False, False, False], [True, True, True]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, w = numpy_ref.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert np.all(w[:, 1] == 0) and np.all(out[:, 1] == 0)
+    np.testing.assert_array_equal(w[:, 0], np.broadcast_to([1.0, 0.0, 0.0], (2, 3)))
+
+
+@pytest.mark.parametrize("length", [3, 40])
+def test_fully_masked_rows_are_exactly_zero_at_any_size(length):
+    """Small and large score matrices (NumPy and the C allocator recycle memory differently by
+    size), with the first and the last query fully masked: their weights must be written as
+    zeros, not left as whatever the memory held."""
+    q, k, v = (randn(i, 2, length, 4).numpy() for i in range(3))
+    mask = np.ones((length, length), dtype=bool)
+    mask[0] = False
+    mask[-1] = False
+    for _ in range(3):
+        out, w = numpy_ref.scaled_dot_product_attention(q, k, v, mask=mask)
+        assert np.all(w[:, [0, -1]] == 0) and np.all(out[:, [0, -1]] == 0)
+        np.testing.assert_allclose(w[:, 1:-1].sum(-1), 1.0, atol=1e-12)

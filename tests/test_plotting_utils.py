@@ -213,3 +213,97 @@ def test_count_parameters_counts_trainable_elements_only():
 def test_show_heatmaps_rejects_empty_or_all_nan_input(bad, match):
     with pytest.raises(ValueError, match=match):
         show_heatmaps(bad)
+
+
+# --- show_heatmaps: anchored messages, boundaries and the drawing contract (issue 13) -------
+
+
+def test_rejects_bad_shapes_and_empty_input_with_anchored_messages():
+    with pytest.raises(ValueError, match=r"^matrices must be \(L_q, L_k\), \(cols, L_q, L_k\) "
+                                         r"or \(rows, cols, L_q, L_k\), got shape \(4,\)$"):
+        show_heatmaps(np.zeros(4))
+    with pytest.raises(ValueError, match=r"^matrices is empty \(shape \(1, 1, 0, 3\)\): "
+                                         r"nothing to draw$"):
+        show_heatmaps(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match=r"^matrices holds no finite value: nothing to draw$"):
+        show_heatmaps(np.full((2, 2), np.inf))
+
+
+def test_a_single_value_and_partly_missing_values_are_drawn():
+    fig, axes = show_heatmaps(np.array([[0.7]]))
+    (image,) = axes[0, 0].get_images()
+    assert image.get_array().tolist() == [[0.7]]
+    # NaN (or None in a nested list) is a missing value: drawn blank, ignored by the scale
+    fig, axes = show_heatmaps([[0.2, None], [np.nan, 0.6]])
+    (image,) = axes[0, 0].get_images()
+    # matplotlib masks the missing cells (drawn in the colormap's 'bad' colour, none)
+    assert np.ma.getmaskarray(image.get_array()).tolist() == [[False, True], [True, False]]
+    assert image.get_clim() == (0.0, pytest.approx(0.6))
+
+
+def test_no_annotation_unless_asked_and_default_size_of_a_grid():
+    fig, axes = show_heatmaps(np.ones((2, 3, 2, 2)))
+    assert all(not ax.texts for ax in axes.ravel())
+    # 2.6 inches per column plus 1 for the colour bar, 2.4 per row
+    assert tuple(fig.get_size_inches()) == pytest.approx((2.6 * 3 + 1.0, 2.4 * 2))
+
+
+def test_panels_share_axes_fill_their_cells_and_show_cells_as_blocks():
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    fig, axes = show_heatmaps(np.random.default_rng(0).random((2, 2, 3, 5)))
+    first = axes[0, 0]
+    for ax in axes.ravel():
+        assert first.get_shared_x_axes().joined(first, ax)
+        assert first.get_shared_y_axes().joined(first, ax)
+        assert ax.get_aspect() == "auto"  # a panel's cells need not be square
+        (image,) = ax.get_images()
+        assert image.get_interpolation() == "nearest"  # one flat block per weight
+    assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+
+
+def test_the_colour_bar_spans_all_rows_at_four_fifths_of_their_height():
+    fig, axes = show_heatmaps(np.random.default_rng(1).random((2, 2, 3, 3)))
+    fig.canvas.draw()
+    (cbar_ax,) = _colorbars(fig)
+    top = max(ax.get_position().y1 for ax in axes.ravel())
+    bottom = min(ax.get_position().y0 for ax in axes.ravel())
+    assert cbar_ax.get_position().height / (top - bottom) == pytest.approx(0.8, abs=0.01)
+
+
+def test_annotation_text_is_centred_small_and_its_colour_switches_at_the_midpoint():
+    # scale 0..1 (vmin = 0 by default, vmax = 1 given): midpoint 0.5, which is still "dark";
+    # the data minimum (0.4) must not move the midpoint while vmin is given
+    weights = np.array([[0.4, 0.5], [0.55, 1.0]])
+    fig, axes = show_heatmaps(weights, annotate=True, vmax=1.0, xticklabels=["a", "b"])
+    texts = {t.get_text(): t for t in axes[0, 0].texts}
+    assert {k: to_hex(t.get_color()) for k, t in texts.items()} == {
+        "0.40": to_hex("white"), "0.50": to_hex("white"),
+        "0.55": to_hex("black"), "1.00": to_hex("black")}
+    for t in texts.values():
+        assert (t.get_ha(), t.get_va(), t.get_fontsize()) == ("center", "center", 8)
+    positions = {k: t.get_position() for k, t in texts.items()}
+    assert positions == {"0.40": (0, 0), "0.50": (1, 0), "0.55": (0, 1), "1.00": (1, 1)}
+    assert [t.get_rotation() for t in axes[0, 0].get_xticklabels()] == [90.0, 90.0]
+
+
+def test_the_colour_bar_shows_the_panels_scale_and_colormap():
+    data = 3.0 * np.random.default_rng(2).random((2, 3, 3))  # values up to about 3
+    fig, axes = show_heatmaps(data, cmap="magma", vmin=0.5)
+    fig.canvas.draw()
+    (cbar_ax,) = _colorbars(fig)
+    assert cbar_ax.get_ylim() == pytest.approx((0.5, float(data.max())))
+    (mesh,) = [c for c in cbar_ax.collections if c.get_array() is not None]
+    assert mesh.get_cmap().name == "magma"
+
+
+def test_apply_book_style_restores_viridis_and_the_okabe_ito_cycle():
+    import matplotlib as mpl
+
+    from attention_src.plotting import OKABE_ITO, apply_book_style
+
+    with mpl.rc_context({"image.cmap": "jet",
+                         "axes.prop_cycle": mpl.cycler(color=["red", "green"])}):
+        apply_book_style()
+        assert mpl.rcParams["image.cmap"] == "viridis"
+        assert mpl.rcParams["axes.prop_cycle"].by_key()["color"] == list(OKABE_ITO.values())

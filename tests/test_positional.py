@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -152,3 +153,84 @@ def test_shift_rotation_rejects_bad_arguments():
         shift_rotation(1, 4, base=0.0)
     with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got torch.int64"):
         shift_rotation(1, 4, dtype=torch.int64)
+
+
+# ---------------------------------------------------------------- boundaries and messages
+
+
+@pytest.mark.parametrize("base", [0.5, 1.0, 1, 2.0])
+def test_any_positive_base_is_accepted_even_at_or_below_one(base):
+    """base > 0 is the whole condition: base 1 gives every pair the same angle pos, a base
+    below 1 frequencies that grow along the pairs. Both follow the hand loop."""
+    pe = sinusoidal_positional_encoding(5, 6, base=base, dtype=torch.float64)
+    torch.testing.assert_close(pe, _hand_table(5, 6, float(base)), atol=1e-12, rtol=0)
+    R = shift_rotation(2, 6, base=base)
+    torch.testing.assert_close(pe[:3] @ R, pe[2:], atol=1e-12, rtol=0)
+
+
+def test_defaults_of_the_table_and_the_shift():
+    """base 10000 and float32 (table) / float64 (shift) by default, as written out."""
+    assert torch.equal(sinusoidal_positional_encoding(7, 6),
+                       sinusoidal_positional_encoding(7, 6, 10000.0, torch.float32))
+    assert torch.equal(shift_rotation(3, 6), shift_rotation(3, 6, 10000.0, torch.float64))
+    assert shift_rotation(3, 6).dtype == torch.float64
+
+
+@pytest.mark.parametrize("fn,args", [
+    ("table", (5, 4)), ("shift", (1, 4)),
+])
+def test_bad_base_and_dtype_messages_are_anchored(fn, args):
+    call = sinusoidal_positional_encoding if fn == "table" else shift_rotation
+    for bad, name in ((None, "NoneType"), ("100", "str"), (True, "bool"),
+                      (torch.tensor(100.0), "Tensor")):
+        with pytest.raises(TypeError, match=rf"^base must be a real number, got {name}$"):
+            call(*args, base=bad)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match=rf"^base must be positive and finite, got {bad}$"):
+            call(*args, base=bad)
+    for bad, shown in ((torch.int32, "torch.int32"), ("float64", "'float64'"),
+                       (float, "<class 'float'>")):
+        with pytest.raises(TypeError, match=rf"^dtype must be a floating torch\.dtype, got "
+                                            rf"{re.escape(shown)}$"):
+            call(*args, dtype=bad)
+
+
+def test_table_names_each_bad_size():
+    for args, error, message in (
+        ((0, 4), ValueError, r"^length must be positive, got 0$"),
+        ((4, 0), ValueError, r"^dim must be positive, got 0$"),
+        ((4.0, 4), TypeError, r"^length must be an int, got float$"),
+        ((4, None), TypeError, r"^dim must be an int, got NoneType$"),
+    ):
+        with pytest.raises(error, match=message):
+            sinusoidal_positional_encoding(*args)
+
+
+def test_shift_names_each_bad_argument():
+    for args, error, message in (
+        ((1.0, 4), TypeError, r"^k must be an int, got float$"),
+        ((None, 4), TypeError, r"^k must be an int, got NoneType$"),
+        ((False, 4), TypeError, r"^k must be an int, got bool$"),
+        ((1, 0), ValueError, r"^dim must be positive, got 0$"),
+        ((1, 2.0), TypeError, r"^dim must be an int, got float$"),
+        ((1, 3), ValueError, r"^dim must be even \(sine and cosine pairs\), got 3$"),
+        ((1, 6), None, None),  # an even width that is not a multiple of 4 passes
+    ):
+        if error is None:
+            assert shift_rotation(*args).shape == (6, 6)
+            continue
+        with pytest.raises(error, match=message):
+            shift_rotation(*args)
+
+
+def test_shift_takes_numpy_integers_as_the_same_int():
+    torch.testing.assert_close(shift_rotation(np.int64(-3), 4), shift_rotation(-3, 4),
+                               atol=0, rtol=0)
+
+
+def test_shift_rotation_of_two_dimensions_is_the_plain_rotation():
+    """d = 2: a single block turning by k radians, [[cos k, -sin k], [sin k, cos k]]."""
+    R = shift_rotation(1, 2)
+    c, s = math.cos(1.0), math.sin(1.0)
+    torch.testing.assert_close(R, torch.tensor([[c, -s], [s, c]], dtype=torch.float64),
+                               atol=1e-15, rtol=0)

@@ -8,6 +8,7 @@ exact power laws.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
+from attention_src import profiling
 from attention_src.profiling import TensorMemory, best_ms, matmul_macs, peak_bytes, slope
 from tests.conftest import PROPERTY
 
@@ -142,3 +144,108 @@ def test_bad_inputs_raise_clear_errors():
         slope([1, 2], [0, 1])
     with pytest.raises(ValueError, match="must not all be equal"):
         slope([2, 2], [1, 3])
+
+
+# ------------------------------------------- contract details the tests above left open
+
+
+class _FakeClock:
+    """Stands in for the ``time`` module inside ``attention_src.profiling``: its thread clock
+    moves only when the timed function says so, so the expected best time is exact."""
+
+    def __init__(self, start: float = 100.0):
+        self.now = start  # a clock that does not start at 0, as a real thread clock
+
+    def thread_time(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("repeats", "best"), [(None, 3.0), (1, 4.0), (4, 1.0)])
+def test_best_ms_is_the_minimum_of_the_timed_calls_in_ms(monkeypatch, repeats, best):
+    clock = _FakeClock()
+    monkeypatch.setattr(profiling, "time", clock)
+    # seconds each call takes: the 0.5 s warm-up is not timed; then 4, 3, 5, 1 ms
+    durations = iter([0.5, 0.004, 0.003, 0.005, 0.001])
+
+    def work():
+        clock.now += next(durations)
+
+    # the default is 3 timed calls: min(4, 3, 5) ms, not the 1 ms of a fourth call
+    ms = best_ms(work) if repeats is None else best_ms(work, repeats=repeats)
+    assert ms == pytest.approx(best, abs=1e-9)
+
+
+def test_keyword_arguments_are_passed_to_the_measured_function():
+    a, b = torch.randn(7, 5), torch.randn(5, 3)
+    assert matmul_macs(torch.mm, a, mat2=b) == 7 * 5 * 3
+    # float64 ones: 8 bytes each; float32 (the default dtype) would be half
+    assert peak_bytes(torch.ones, 1000, dtype=torch.float64) == 8000
+
+
+def test_macs_add_up_over_the_products_of_a_block():
+    a, b = torch.randn(7, 5), torch.randn(5, 3)
+    c, d = torch.randn(4, 6, 2), torch.randn(4, 2, 9)
+    assert matmul_macs(lambda: (a @ b, c @ d)) == 7 * 5 * 3 + 4 * 6 * 2 * 9
+
+
+def test_an_out_argument_is_not_new_memory():
+    # the out= tensor reaches the operator as a keyword argument: earlier memory
+    x, y = torch.randn(64, 32), torch.empty(64, 32)
+    assert peak_bytes(lambda: torch.mul(x, 2.0, out=y)) == 0
+
+
+def test_every_output_of_a_multi_output_operator_is_counted():
+    # a storage of one byte counts one byte; an empty output counts nothing and does not stop
+    # the count of the outputs after it (the optimisers' _foreach_ kernels return lists)
+    assert peak_bytes(lambda: torch.zeros(1, dtype=torch.uint8)) == 1
+    assert peak_bytes(torch._foreach_add, [torch.empty(0), torch.ones(10)], 1.0) == 10 * 4
+
+
+def test_slope_boundaries_and_exact_inputs():
+    # two points are enough, and 1 is a valid x and y (log 1 = 0)
+    assert slope([1, 2], [1, 4]) == pytest.approx(2.0, abs=1e-12)
+    # exact rationals and ints beyond int64 are real numbers too: converted to float
+    assert slope([Fraction(1), Fraction(2), Fraction(4)],
+                 [Fraction(1, 2), Fraction(2), Fraction(8)]) == pytest.approx(2.0, abs=1e-12)
+    assert slope([2**70, 2**71, 2**72], [2**90, 2**93, 2**96]) == pytest.approx(3.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("xs", "ys"),
+    [([0.0, 1.0], [1.0, 2.0]), ([-1.0, 1.0], [1.0, 2.0]), ([1.0, math.inf], [1.0, 2.0]),
+     ([1.0, 2.0], [1.0, math.nan]), ([1.0, 2.0], [-1.0, 2.0])],
+)
+def test_slope_rejects_each_non_positive_or_non_finite_value(xs, ys):
+    with pytest.raises(ValueError, match=r"^xs and ys must be positive and finite, got"):
+        slope(xs, ys)
+
+
+def test_slope_rejects_two_dimensional_input():
+    with pytest.raises(ValueError, match=r"^xs and ys must be 1-D .* shapes \(2, 2\), \(2, 2\)"):
+        slope([[1, 2], [3, 4]], [[1, 2], [3, 4]])
+
+
+_LIBRARIES = []  # custom-operator libraries defined by these tests, kept alive
+
+
+def _view_and_copy_op():
+    """A custom operator that returns a view of its input, then a fresh copy of it."""
+    try:
+        return torch.ops.tensor_memory_test.view_and_copy
+    except AttributeError:
+        pass
+    lib = torch.library.Library("tensor_memory_test", "DEF")
+    lib.define("view_and_copy(Tensor(a) x) -> (Tensor(a), Tensor)")
+    lib.impl("view_and_copy", lambda x: (x.view(x.shape), x.clone()),
+             "CompositeExplicitAutograd")
+    _LIBRARIES.append(lib)  # deleting a Library would remove its operator
+    return torch.ops.tensor_memory_test.view_and_copy
+
+
+def test_each_output_is_judged_on_its_own_after_a_view():
+    # the view (earlier memory) is not counted, the copy after it is
+    x = torch.ones(10)
+    with TensorMemory() as mem:
+        view, copy = _view_and_copy_op()(x)
+        assert mem.now == 10 * 4 and mem.calls == {"view_and_copy": 1}
+    assert peak_bytes(_view_and_copy_op(), x) == 10 * 4

@@ -129,3 +129,93 @@ def test_bad_input_is_named():
         apply_rotary(x, torch.arange(3), base=0)
     with pytest.raises(TypeError, match="base must be a real number, got str"):
         apply_rotary(x, torch.arange(3), base="10000")
+
+
+def test_positions_of_shape_one_by_L_broadcast_over_the_batch():
+    """(1, L) positions, like (L,), give every sequence of the batch the same positions."""
+    x = randn(3, 4, 5, 6)  # (B=4, L=5, d=6)
+    shared = apply_rotary(x, torch.arange(5))
+    torch.testing.assert_close(apply_rotary(x, torch.arange(5)[None, :]), shared, atol=0,
+                               rtol=0)
+    torch.testing.assert_close(apply_rotary(x, torch.arange(5).expand(4, 5)), shared, atol=0,
+                               rtol=0)
+    x4 = randn(4, 2, 3, 5, 4)  # (2, 3, L=5, d=4) with (3, 5) positions: one row per middle index
+    pos = torch.arange(15).reshape(3, 5)
+    got = apply_rotary(x4, pos)
+    for j in range(3):
+        torch.testing.assert_close(got[:, j], apply_rotary(x4[:, j], pos[j]), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (2, 3, 5), (4, 1, 5)])
+def test_positions_that_would_enlarge_x_are_rejected(shape):
+    """x is (2, 3, 5, 4): positions may drop or shrink leading axes, never add or change one."""
+    x = randn(0, 2, 3, 5, 4)
+    ok = shape in ((1, 5), (2, 3, 5))
+    if ok:
+        assert apply_rotary(x, torch.zeros(shape)).shape == x.shape
+        return
+    with pytest.raises(ValueError, match=r"^positions of shape \(4, 1, 5\) must end in L = 5 "
+                                         r"and broadcast to x\.shape\[:-1\] = \(2, 3, 5\) "
+                                         r"\(x has shape \(2, 3, 5, 4\)\)$"):
+        apply_rotary(x, torch.zeros(shape))
+
+
+def test_positions_with_too_many_axes_or_none_are_rejected():
+    x = randn(0, 3, 4)
+    for pos in (torch.zeros(1, 3), torch.tensor(2)):
+        with pytest.raises(ValueError, match=r"^positions of shape \(.*\) must end in L = 3"):
+            apply_rotary(x, pos)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.bool])
+def test_complex_and_boolean_positions_are_rejected(dtype):
+    x = randn(0, 3, 4)
+    with pytest.raises(TypeError, match=rf"^positions must hold integers or real numbers, got "
+                                        rf"{dtype}$"):
+        apply_rotary(x, torch.zeros(3, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.float16, torch.float32])
+def test_any_integer_or_real_positions_give_the_same_rotation(dtype):
+    x = randn(0, 2, 5, 6)
+    ref = apply_rotary(x, torch.arange(5))
+    torch.testing.assert_close(apply_rotary(x, torch.arange(5).to(dtype)), ref, atol=0, rtol=0)
+
+
+def test_bad_x_and_positions_messages_are_anchored():
+    x = randn(0, 3, 4)
+    with pytest.raises(TypeError, match=r"^x must be a torch\.Tensor, got list$"):
+        apply_rotary([[0.0] * 4] * 3, torch.arange(3))
+    with pytest.raises(TypeError, match=r"^x must be a floating-point tensor, got dtype "
+                                        r"torch\.int64"):
+        apply_rotary(torch.ones(3, 4, dtype=torch.long), torch.arange(3))
+    with pytest.raises(ValueError, match=r"^x must have at least 2 dimensions, got shape "
+                                         r"\(4,\)$"):
+        apply_rotary(torch.ones(4), torch.arange(1))
+    with pytest.raises(ValueError, match=r"^apply_rotary rotates feature pairs, so the last "
+                                         r"dimension of x must be even, got x of shape "
+                                         r"\(2, 3, 5\) \(d = 5\)$"):
+        apply_rotary(randn(0, 2, 3, 5), torch.arange(3))
+    with pytest.raises(TypeError, match=r"^positions must be a torch\.Tensor, got ndarray$"):
+        apply_rotary(x, torch.arange(3).numpy())
+    with pytest.raises(ValueError, match=r"^positions must be finite, got \[0\.0, inf, 2\.0\]$"):
+        apply_rotary(x, torch.tensor([0.0, float("inf"), 2.0]))
+    with pytest.raises(TypeError, match=r"^base must be a real number, got NoneType$"):
+        apply_rotary(x, torch.arange(3), base=None)
+    with pytest.raises(ValueError, match=r"^base must be positive and finite, got -1\.0$"):
+        apply_rotary(x, torch.arange(3), base=-1.0)
+
+
+@pytest.mark.parametrize("base", [0.5, 1.0, 100])
+def test_any_positive_base_follows_the_rotation_matrix(base):
+    x = randn(1, 3, 4)
+    got = apply_rotary(x, torch.tensor([0, 2, 7]), base=base)
+    for row, m in enumerate([0, 2, 7]):
+        torch.testing.assert_close(got[row], _rotation_matrix(m, 4, base=float(base)) @ x[row],
+                                   atol=1e-12, rtol=0)
+
+
+def test_default_base_is_10000():
+    x = randn(2, 4, 8)
+    assert torch.equal(apply_rotary(x, torch.arange(4)),
+                       apply_rotary(x, torch.arange(4), base=10000.0))

@@ -356,3 +356,63 @@ def test_score_by_name_rejects_unknown_names_and_mismatched_dot_widths():
     with pytest.raises(ValueError,
                        match=r"the scaled dot score needs d_q == d_k, got d_q=5, d_k=2"):
         score_by_name("scaled dot", 5, 2, 3)
+
+
+# --- bad input named per argument ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: AdditiveScore(0, 5, 4), ValueError, r"^d_q must be positive, got 0$"),
+        (lambda: AdditiveScore(3, 0, 4), ValueError, r"^d_k must be positive, got 0$"),
+        (lambda: AdditiveScore(3, 5, 0), ValueError, r"^d_hidden must be positive, got 0$"),
+        (lambda: AdditiveScore(3, 5.0, 4), TypeError, r"^d_k must be an int, got float$"),
+        (lambda: AdditiveScore(3, 5, "4"), TypeError, r"^d_hidden must be an int, got str$"),
+        (lambda: BilinearScore(0, 5), ValueError, r"^d_q must be positive, got 0$"),
+        (lambda: BilinearScore(3, 0), ValueError, r"^d_k must be positive, got 0$"),
+        (lambda: BilinearScore(True, 5), TypeError, r"^d_q must be an int, got bool$"),
+    ],
+    ids=["add-d_q", "add-d_k", "add-d_hidden", "add-d_k-type", "add-d_hidden-type", "bil-d_q",
+         "bil-d_k", "bil-d_q-type"],
+)
+def test_score_constructors_name_the_bad_argument(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_bilinear_score_checks_both_widths_it_was_built_for():
+    bil = BilinearScore(3, 5)
+    with pytest.raises(ValueError, match=r"^BilinearScore expects query features d_q=3, got "
+                                         r"query \(2, 4\)$"):
+        bil(torch.ones(2, 4), torch.ones(6, 5))
+    with pytest.raises(ValueError, match=r"^BilinearScore expects key features d_k=5, got key "
+                                         r"\(6, 4\)$"):
+        bil(torch.ones(2, 3), torch.ones(6, 4))
+    assert bil(torch.ones(2, 3), torch.ones(6, 5)).shape == (2, 6)  # the widths it was built for
+
+
+@pytest.mark.parametrize("bad", ["query", "key"])
+def test_score_input_messages_start_with_the_argument(bad):
+    t = {"query": torch.ones(2, 3), "key": torch.ones(6, 3)}
+    t[bad] = [[1.0] * 3]
+    with pytest.raises(TypeError, match=rf"^{bad} must be a torch\.Tensor, got list$"):
+        DotScore()(**t)
+    t[bad] = torch.ones(3)
+    with pytest.raises(ValueError, match=rf"^{bad} must have at least 2 dimensions, got shape "
+                                         r"\(3,\)$"):
+        DotScore()(**t)
+    t[bad] = torch.ones(2, 3, dtype=torch.int64)
+    with pytest.raises(TypeError, match=rf"^{bad} must be a floating-point tensor"):
+        DotScore()(**t)
+
+
+def test_score_names_mismatched_batch_dimensions():
+    with pytest.raises(ValueError, match=r"^query \(2, 4, 3\) and key \(3, 6, 3\) must share "
+                                         r"their leading \(batch\) dimensions$"):
+        ScaledDotScore()(torch.ones(2, 4, 3), torch.ones(3, 6, 3))
+    with pytest.raises(ValueError, match=r"^key \(2, 6, 3\) and value \(2, 5, 2\) must have the "
+                                         r"same leading dimensions and length L_k$"):
+        Attention(DotScore())(torch.ones(2, 4, 3), torch.ones(2, 6, 3), torch.ones(2, 5, 2))
+    with pytest.raises(TypeError, match=r"^value must be a torch\.Tensor, got list$"):
+        Attention(DotScore())(torch.ones(2, 4, 3), torch.ones(2, 6, 3), [[1.0]])

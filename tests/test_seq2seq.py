@@ -297,3 +297,74 @@ def test_models_are_plain_modules():
     model = _attention_model()
     assert isinstance(model.encoder.rnn, nn.GRU)
     assert isinstance(model.decoder.cell, nn.GRUCell)
+
+
+# --- bad input, boundaries and defaults, argument by argument (issue 13) ----------------------
+
+
+@pytest.mark.parametrize("name", ["vocab_size", "embed_dim", "hidden_dim"])
+def test_encoder_names_each_integer_argument(name):
+    args = {"vocab_size": V_SRC, "embed_dim": EMBED, "hidden_dim": HIDDEN}
+    with pytest.raises(ValueError, match=rf"^{name} must be positive, got 0$"):
+        GRUEncoder(**(args | {name: 0}))
+    with pytest.raises(TypeError, match=rf"^{name} must be an int, got float$"):
+        GRUEncoder(**(args | {name: 2.0}))
+
+
+def test_bad_ids_and_lengths_are_named_in_full():
+    model = _attention_model()
+    src, src_len = _batch()
+    tgt_in = _targets()
+    with pytest.raises(TypeError, match=r"^src must be a torch\.long tensor of token ids$"):
+        model.encoder(src.int(), src_len)
+    with pytest.raises(TypeError, match=r"^tgt_in must be a torch\.long tensor of token ids$"):
+        model(src, src_len, tgt_in.tolist())
+    for bad in (src_len.tolist(), src_len.double()):
+        with pytest.raises(TypeError, match=r"^src_len must be an integer torch\.Tensor of "
+                                            r"source lengths$"):
+            model.encoder(src, bad)
+    with pytest.raises(ValueError, match=r"^src_len must be \(4,\), got \(4, 1\)$"):
+        model.encoder(src, src_len[:, None])
+    with pytest.raises(ValueError, match=r"^steps must be positive, got 0$"):
+        model.greedy_decode(src, src_len, steps=0, bos_id=1)
+    with pytest.raises(TypeError, match=r"^steps must be an int, got float$"):
+        model.greedy_decode(src, src_len, steps=2.0, bos_id=1)
+
+
+@pytest.mark.parametrize("make", [_attention_model, _context_model], ids=["attention", "context"])
+def test_greedy_decode_of_one_step_is_the_first_teacher_forced_argmax(make):
+    """steps = 1, the smallest: one token per sequence, the argmax of the logits that teacher
+    forcing gives after <bos> alone."""
+    model = make()
+    src, src_len = _batch(seed=5)
+    tokens, weights = model.greedy_decode(src, src_len, steps=1, bos_id=2)
+    with torch.no_grad():
+        logits, _ = model(src, src_len, torch.full((4, 1), 2))
+    assert tokens.shape == (4, 1) and torch.equal(tokens, logits.argmax(-1))
+    assert (weights is None) == (make is _context_model)
+
+
+def test_default_pad_id_is_0_and_the_encoder_is_bidirectional_by_default():
+    """Every part embeds id 0 (<pad>) as the zero vector unless told otherwise, and the encoder
+    reads both ways: ``output_dim = 2 * hidden_dim``."""
+    torch.manual_seed(0)
+    encoder = GRUEncoder(V_SRC, EMBED, HIDDEN)
+    parts = [encoder, ContextDecoder(V_TGT, EMBED, HIDDEN, CONTEXT),
+             AttentionDecoder(V_TGT, EMBED, CONTEXT, CONTEXT, DotScore())]
+    for part in parts:
+        assert part.embedding.padding_idx == 0
+        assert not part.embedding.weight[0].any() and part.embedding.weight[1].any()
+    assert encoder.rnn.bidirectional and encoder.output_dim == 2 * HIDDEN
+
+
+def test_annotations_keep_the_padded_source_length_even_past_every_sequence():
+    """``L_k`` is ``src.shape[1]``, not the longest real length: with two extra columns of
+    padding the annotations and the attention weights have 7 key positions, the extra ones
+    zero."""
+    model = _attention_model()
+    src, src_len = _batch(seed=6)  # lengths (5, 2, 4, 1)
+    wide = torch.cat([src, torch.zeros(4, 2, dtype=torch.long)], dim=1)  # (4, 7)
+    annotations, summary = model.encoder(wide, src_len)
+    assert annotations.shape == (4, 7, CONTEXT) and (annotations[:, 5:] == 0).all()
+    logits, weights = model(wide, src_len, _targets())
+    assert weights.shape == (4, 6, 7) and (weights[:, :, 5:] == 0).all()

@@ -80,3 +80,28 @@ def test_bad_arguments_are_named():
         _build(att.DotScore, seeds=(0, 1))
     with pytest.raises(ValueError, match="decoder_hidden_dim must be positive, got 0"):
         _build(att.DotScore, decoder_hidden_dim=0)
+
+
+def test_bad_make_score_messages_name_the_argument_in_full():
+    with pytest.raises(TypeError, match=r"^make_score must be a function that returns a new "
+                                        r"Score \(a Score class or a lambda\), got int$"):
+        _build(3)
+    with pytest.raises(TypeError, match=r"^make_score must be a function that returns a new "
+                                        r"Score \(a Score class or a lambda\), got a DotScore "
+                                        r"instance$"):
+        _build(att.DotScore())
+    with pytest.raises(TypeError, match=r"^make_score\(\) must return a Score, got NoneType$"):
+        _build(lambda: None)
+    with pytest.raises(ValueError, match=r"^seeds must hold 3 seeds \(encoder, score, "
+                                         r"decoder\), got \(0, 1, 2, 3\)$"):
+        _build(att.DotScore, seeds=(0, 1, 2, 3))
+    with pytest.raises(TypeError, match=r"^decoder_hidden_dim must be an int, got float$"):
+        _build(att.DotScore, decoder_hidden_dim=12.0)
+
+
+def test_pad_id_reaches_both_embeddings():
+    """A vocabulary whose <pad> is id 3: encoder and decoder both embed it as zeros."""
+    model = _build(att.DotScore, pad_id=3)
+    for embedding in (model.encoder.embedding, model.decoder.embedding):
+        assert embedding.padding_idx == 3
+        assert not embedding.weight[3].any() and embedding.weight[0].any()

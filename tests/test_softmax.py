@@ -310,3 +310,142 @@ def test_attention_without_autograd_equals_attention_with_it():
         out, w = att.scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(out, out_grad.detach(), rtol=0, atol=1e-12)
     torch.testing.assert_close(w, w_grad.detach(), rtol=0, atol=1e-12)
+
+
+# --- bad input named per argument, boundaries and defaults ---------------------------------
+
+
+def test_softmax_messages_name_the_x_argument():
+    with pytest.raises(TypeError, match=r"^x must be a torch\.Tensor, got list$"):
+        softmax([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"^x must be a floating-point tensor, got dtype "
+                                        r"torch\.int64"):
+        softmax(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"^x must have at least 1 dimensions, got shape \(\)$"):
+        softmax(torch.tensor(1.0))
+
+
+def test_masked_softmax_accepts_a_vector_and_names_scores_when_rejecting_a_scalar():
+    # rank 1 is the boundary: a single row of scores with a key mask is valid input
+    scores = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    keep = torch.tensor([True, False, True])
+    e1, e3 = math.exp(1.0), math.exp(3.0)
+    expected = [e1 / (e1 + e3), 0.0, e3 / (e1 + e3)]
+    assert masked_softmax(scores, keep).tolist() == pytest.approx(expected, rel=1e-14)
+    assert masked_softmax(scores).tolist() == pytest.approx(softmax(scores).tolist(), rel=1e-14)
+    with pytest.raises(ValueError,
+                       match=r"^scores must have at least 1 dimensions, got shape \(\)$"):
+        masked_softmax(torch.tensor(1.0))
+    with pytest.raises(TypeError, match=r"^scores must be a floating-point tensor, got dtype "
+                                        r"torch\.int64"):
+        masked_softmax(torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match=r"^scores must be a torch\.Tensor, got NoneType$"):
+        masked_softmax(None)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_masked_softmax_by_default_leaves_scores_untouched(with_mask):
+    """inplace defaults to False: the caller's scores survive the call, with or without
+    autograd recording them."""
+    scores = randn(11, 3, 4)
+    before = scores.clone()
+    mask = torch.tensor([True, False, True, True]) if with_mask else None
+    with torch.no_grad():
+        w = masked_softmax(scores, mask)
+    assert torch.equal(scores, before) and w.data_ptr() != scores.data_ptr()
+    leaf = before.clone().requires_grad_(True)
+    masked_softmax(leaf, mask).sum().backward()  # allowed: nothing is overwritten
+    assert torch.equal(leaf.detach(), before)
+
+
+def test_inplace_refusal_names_the_option_and_needs_both_conditions():
+    scores = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(ValueError,
+                       match=r"^inplace=True needs scores that autograd does not record$"):
+        masked_softmax(scores, inplace=True)
+    # refused only when autograd records the scores: a plain tensor with grad mode on, or a
+    # leaf that requires grad under no_grad, may be overwritten
+    plain = torch.randn(3, 4)
+    expected = torch.softmax(plain, dim=-1)
+    torch.testing.assert_close(masked_softmax(plain.clone(), inplace=True), expected)
+    expected_leaf = torch.softmax(scores.detach(), dim=-1)
+    with torch.no_grad():
+        torch.testing.assert_close(masked_softmax(scores, inplace=True), expected_leaf)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_each_row_is_shifted_by_its_own_maximum(with_mask):
+    """Rows of very different scales in float32: shifting every row by one global maximum
+    would underflow the low row to exp(-2000) = 0 and give 0/0 = NaN. Reference: the softmax
+    of each row alone (exact values worked out by hand)."""
+    scores = torch.tensor([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1002.0]])
+    e1, e2 = math.exp(-1.0), math.exp(-2.0)
+    row = [1 / (1 + e1 + e2), e1 / (1 + e1 + e2), e2 / (1 + e1 + e2)]
+    expected = torch.tensor([row, row])
+    mask = torch.ones(2, 3, dtype=torch.bool) if with_mask else None
+    torch.testing.assert_close(softmax(scores), expected)
+    torch.testing.assert_close(masked_softmax(scores, mask), expected)
+    torch.testing.assert_close(masked_softmax(scores.clone(), mask, inplace=True), expected)
+    # the same along dim 0 (columns of very different scales)
+    cols = scores.T.contiguous()
+    mask_t = None if mask is None else mask.T.contiguous()
+    torch.testing.assert_close(softmax(cols, dim=0), expected.T)
+    torch.testing.assert_close(masked_softmax(cols.clone(), mask_t, dim=0, inplace=True),
+                               expected.T)
+
+
+def test_lengths_to_mask_messages_name_their_argument():
+    with pytest.raises(TypeError, match=r"^valid_lens must be a torch\.Tensor, got list$"):
+        lengths_to_mask([1, 2], 3)
+    with pytest.raises(TypeError, match=r"^valid_lens must be an integer tensor, got dtype "
+                                        r"torch\.float32$"):
+        lengths_to_mask(torch.tensor([1.0]), 3)
+    with pytest.raises(ValueError, match=r"^max_len must be positive, got 0$"):
+        lengths_to_mask(torch.tensor([0]), 0)
+    with pytest.raises(TypeError, match=r"^max_len must be an int, got float$"):
+        lengths_to_mask(torch.tensor([0]), 2.0)
+
+
+def test_lengths_to_mask_bounds_are_inclusive_on_both_ends():
+    # 0 and max_len are both valid lengths; -1 and max_len + 1 are not
+    assert lengths_to_mask(torch.tensor([0, 3]), 3).tolist() == [[False] * 3, [True] * 3]
+    with pytest.raises(ValueError, match=r"^valid_lens must lie in \[0, 3\], got values from "
+                                         r"-1 to 3$"):
+        lengths_to_mask(torch.tensor([-1, 3]), 3)
+    with pytest.raises(ValueError, match=r"got values from 0 to 4$"):
+        lengths_to_mask(torch.tensor([0, 4]), 3)
+
+
+def test_lengths_to_mask_stays_on_the_device_of_the_lengths():
+    # the meta device (shapes without data) stands in for a GPU on this CPU-only test machine
+    lens = torch.empty(2, 0, dtype=torch.long, device="meta")
+    mask = lengths_to_mask(lens, 3)
+    assert mask.device.type == "meta" and mask.shape == (2, 0, 3)
+
+
+def test_lengths_to_mask_of_a_two_dimensional_batch():
+    # lengths (2, 3) -> mask (2, 3, max_len=4), each row from its own length
+    lens = torch.tensor([[0, 1, 4], [2, 3, 1]])
+    mask = lengths_to_mask(lens, 4)
+    assert mask.shape == (2, 3, 4)
+    for b in range(2):
+        for t in range(3):
+            assert mask[b, t].tolist() == [j < int(lens[b, t]) for j in range(4)]
+
+
+def test_causal_and_band_mask_messages_name_their_argument():
+    with pytest.raises(ValueError, match=r"^length_q must be positive, got 0$"):
+        causal_mask(0, 3)
+    with pytest.raises(ValueError, match=r"^length_k must be positive, got 0$"):
+        causal_mask(3, 0)
+    with pytest.raises(ValueError, match=r"^length must be positive, got 0$"):
+        att.band_mask(0, 2)
+    with pytest.raises(TypeError, match=r"^length must be an int, got float$"):
+        att.band_mask(2.0, 2)
+    with pytest.raises(ValueError, match=r"^window must be at least 1 \(a query always sees "
+                                         r"itself\), got 0$"):
+        att.band_mask(3, 0)
+    with pytest.raises(TypeError, match=r"^window must be an int, got float$"):
+        att.band_mask(3, 2.5)
+    with pytest.raises(TypeError, match=r"^causal must be a bool, got int$"):
+        att.band_mask(3, 1, causal=1)

@@ -65,3 +65,15 @@ def test_uniform_row_has_frobenius_norm_sqrt_n_minus_1_over_n():
 def test_bad_input_is_rejected(bad, error, match):
     with pytest.raises(error, match=match):
         softmax_jacobian(bad)
+
+
+def test_bad_input_messages_name_the_weights_argument():
+    """Each message starts with the argument's name, so a caller sees which input is at fault."""
+    with pytest.raises(TypeError, match=r"^weights must be a torch\.Tensor, got list$"):
+        softmax_jacobian([0.5, 0.5])
+    with pytest.raises(TypeError, match=r"^weights must be a floating-point tensor, got dtype "
+                                        r"torch\.int64"):
+        softmax_jacobian(torch.tensor([1, 0]))
+    with pytest.raises(ValueError, match=r"^weights must have at least 1 dimensions, got shape "
+                                         r"\(\)$"):
+        softmax_jacobian(torch.tensor(0.5))

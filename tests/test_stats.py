@@ -288,3 +288,71 @@ def test_rounding_rejects_bad_input():
     for bad in (0.0, -1e-3):
         with pytest.raises(ValueError, match="x must be positive to round to a significant"):
             round_up_sci(bad)
+
+
+# ---------------------------------------------------------------- boundaries and names
+
+
+def test_two_values_are_enough_by_hand():
+    # n = 2: mean 2, s = sqrt(((1 - 2)^2 + (3 - 2)^2) / 1) = sqrt(2), se = s / sqrt(2) = 1
+    mean, se = mean_se(torch.tensor([1.0, 3.0], dtype=torch.float64))
+    assert float(mean) == 2.0 and float(se) == pytest.approx(1.0, abs=1e-15)
+    # paired differences 1 and 3: the same mean and se, t_{0.975,1} = 12.706 (table)
+    mean, low, high = paired_t_interval(torch.tensor([3.0, 5.0]), torch.tensor([2.0, 2.0]))
+    assert mean == 2.0
+    assert (low, high) == pytest.approx((2 - 12.706, 2 + 12.706), abs=5e-4)
+    # a single outcome: sqrt(0.5 * 0.5 / 1)
+    assert binomial_se(0.5, 1) == 0.5
+
+
+def test_mean_se_accepts_every_dim_from_minus_rank():
+    values = torch.tensor([[0.0, 2.0], [4.0, 2.0], [8.0, 2.0]], dtype=torch.float64)
+    for a, b in zip(mean_se(values, dim=-2), mean_se(values, dim=0), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_each_argument_names_itself_when_rejected():
+    with pytest.raises(TypeError, match=r"^dim must be an int, got bool"):
+        mean_se(torch.ones(3, 2), dim=True)
+    with pytest.raises(TypeError, match=r"^p must be a real number, got str"):
+        binomial_se("0.5", 10)
+    with pytest.raises(TypeError, match=r"^n must be an int, got bool"):
+        binomial_se(0.5, True)
+    with pytest.raises(ValueError, match=r"^p must be finite, got inf"):
+        t_quantile(math.inf, 3)
+    with pytest.raises(ValueError, match=r"^df must be finite, got inf"):
+        t_quantile(0.9, math.inf)
+    with pytest.raises(TypeError, match=r"^x must be a real number, got str"):
+        round_up_sci("1e-3")
+    with pytest.raises(ValueError, match=r"^x must be finite, got nan"):
+        round_up_sci(math.nan)
+
+
+def test_paired_t_interval_names_each_bad_argument():
+    with pytest.raises(TypeError, match=r"^a must be a torch\.Tensor, got tuple"):
+        paired_t_interval((1.0, 2.0), B5)
+    with pytest.raises(TypeError, match=r"^b must hold real numbers, got dtype torch\.complex64"):
+        paired_t_interval(A5, torch.ones(5, dtype=torch.complex64))
+    with pytest.raises(ValueError, match=r"^b must have shape \(n,\), got \(5, 1\)"):
+        paired_t_interval(A5, B5[:, None])
+    with pytest.raises(TypeError, match=r"^level must be a real number, got str"):
+        paired_t_interval(A5, B5, level="95%")
+    with pytest.raises(ValueError, match=r"^level must be finite, got nan"):
+        paired_t_interval(A5, B5, level=math.nan)
+    for level in (0.0, 1.0):  # both ends of (0, 1) are excluded
+        with pytest.raises(ValueError, match=r"^level must be in \(0, 1\), got"):
+            paired_t_interval(A5, B5, level=level)
+    with pytest.raises(TypeError, match=r"^n_comparisons must be an int, got bool"):
+        paired_t_interval(A5, B5, n_comparisons=True)
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [(0.09999999999999999, "1e-01"), (999.9999999999999, "1e+03"),
+     (9.999999999999999e-05, "1e-04"), (1e23, "1e+23")],
+)
+def test_round_up_sci_just_below_a_power_of_ten(x, text):
+    # floats where floor(log10(x)) is one too high (log10 rounds up to the integer): the
+    # exact correction must still give the next power of ten, which is the bound
+    assert Fraction(x) < Fraction(10) ** int(text[2:])
+    assert round_up_sci(x) == text

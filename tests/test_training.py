@@ -409,3 +409,83 @@ def test_teacher_forced_loss_rejects_empty_or_all_pad_data():
         teacher_forced_loss(_model(), all_pad)
     with pytest.raises(ValueError, match="batch_size"):
         teacher_forced_loss(_model(), data, batch_size=0)
+
+
+# --- defaults and bad input, argument by argument (issue 13) ----------------------------------
+
+
+def _pairs_513(steps: int = 3) -> SequencePairs:
+    """513 pairs (one more than the default batch), row ``n`` holding ``n`` in ``src[:, 0]``;
+    targets ``a b <eos>`` with the last position padded in odd rows."""
+    a, b = VOCAB.encode("ab")
+    n = 513
+    src = torch.stack([torch.arange(n), torch.full((n,), a)], dim=1)
+    tgt_out = torch.tensor([a, b, VOCAB.eos_id]).repeat(n, 1)
+    tgt_out[1::2, -1] = VOCAB.pad_id
+    return SequencePairs(src, torch.full((n,), 2), torch.zeros_like(tgt_out), tgt_out)
+
+
+class _Recorder(_Stub):
+    """A stub that also records ``bos_id``, and as a model returns fixed logits."""
+
+    def __init__(self, outputs: torch.Tensor, vocab: int):
+        super().__init__(outputs)
+        self.bos: list[int] = []
+        self.rows: list[int] = []
+        self.vocab = vocab
+
+    def greedy_decode(self, src, src_len, steps, bos_id):
+        self.bos.append(bos_id)
+        return super().greedy_decode(src, src_len, steps, bos_id)
+
+    def forward(self, src, src_len, tgt_in):
+        self.rows.append(src.shape[0])
+        # logits (float64): 0 on the stored output token, -10 on every other
+        logits = torch.full((src.shape[0], tgt_in.shape[1], self.vocab), -10.0,
+                            dtype=torch.float64)
+        logits.scatter_(2, self.outputs[src[:, 0], : tgt_in.shape[1], None], 0.0)
+        return logits, None
+
+
+def test_seq2seq_accuracy_defaults_are_bos_1_pad_0_and_batches_of_512():
+    data = _pairs_513()
+    predicted = data.tgt_out.clone()
+    predicted[:, -1] = VOCAB.pad_id  # right on the padded rows, wrong <eos> on the others
+    stub = _Recorder(predicted, len(VOCAB))
+    token_acc, exact = seq2seq_accuracy(stub, data)
+    assert stub.calls == [(512, 3), (1, 3)] and set(stub.bos) == {1} == {VOCAB.bos_id}
+    # pad_id = 0 = VOCAB.pad_id: a padded position is not scored, so odd rows are perfect
+    assert VOCAB.pad_id == 0
+    expected = torch.where(torch.arange(513) % 2 == 1, 1.0, 2 / 3)
+    torch.testing.assert_close(token_acc, expected)
+    assert torch.equal(exact, torch.arange(513) % 2 == 1)
+
+
+def test_teacher_forced_loss_defaults_are_pad_0_and_batches_of_512():
+    from attention_src.training import teacher_forced_loss
+
+    data = _pairs_513()
+    said = data.tgt_out.clone()
+    said[data.tgt_out == VOCAB.pad_id] = VOCAB.encode("a")[0]  # wrong where the target pads
+    stub = _Recorder(said, len(VOCAB))
+    got = teacher_forced_loss(stub, data)
+    assert stub.rows == [512, 1]
+    # every real token gets logit 0 against V - 1 logits of -10: one and the same loss; a
+    # padded position, if it counted, would cost about 10
+    logits = torch.tensor([0.0] + [-10.0] * (len(VOCAB) - 1), dtype=torch.float64)
+    assert got == pytest.approx(float(-torch.log_softmax(logits, 0)[0]), rel=1e-9)
+    assert got == teacher_forced_loss(stub, data, pad_id=0, batch_size=512)
+
+
+def test_teacher_forced_loss_names_its_bad_arguments_in_full():
+    from attention_src.training import teacher_forced_loss
+
+    data = _reverse_data(8)
+    with pytest.raises(ValueError, match=r"^data is empty: no target token to score$"):
+        teacher_forced_loss(_model(), data.subset(slice(0, 0)))
+    with pytest.raises(ValueError, match=r"^batch_size must be positive, got 0$"):
+        teacher_forced_loss(_model(), data, batch_size=0)
+    with pytest.raises(TypeError, match=r"^batch_size must be an int, got float$"):
+        teacher_forced_loss(_model(), data, batch_size=8.0)
+    one = data.subset(slice(0, 1))  # one pair is enough: not "empty"
+    assert teacher_forced_loss(_model(), one) > 0

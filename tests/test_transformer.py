@@ -613,3 +613,84 @@ def test_repr_names_the_norm_order_and_exports():
     assert att.EncoderBlock is EncoderBlock and att.DecoderBlock is DecoderBlock
     assert att.to_torch_encoder_layer is to_torch_encoder_layer
     assert att.to_torch_decoder_layer is to_torch_decoder_layer
+
+
+# --- bad input, boundaries and defaults, argument by argument (issue 13) ----------------------
+
+
+@pytest.mark.parametrize("cls", [EncoderBlock, DecoderBlock])
+def test_blocks_name_each_integer_argument(cls):
+    args = {"embed_dim": 8, "num_heads": 2, "ff_dim": 16}
+    for name in args:
+        with pytest.raises(ValueError, match=rf"^{name} must be positive, got 0$"):
+            cls(**(args | {name: 0}))
+        with pytest.raises(TypeError, match=rf"^{name} must be an int, got float$"):
+            cls(**(args | {name: 2.0}))
+
+
+@pytest.mark.parametrize("cls", [EncoderBlock, DecoderBlock])
+def test_blocks_refuse_bools_and_unhashable_settings(cls):
+    """``True`` is an int to Python, but not a dropout rate or an eps; a list is no
+    activation name (and must not reach the dict lookup)."""
+    with pytest.raises(TypeError, match=r"^dropout must be a number, got bool$"):
+        cls(8, 2, 16, dropout=True)
+    with pytest.raises(TypeError, match=r"^layer_norm_eps must be a number, got bool$"):
+        cls(8, 2, 16, layer_norm_eps=True)
+    with pytest.raises(ValueError, match=r"^activation must be 'relu' or 'gelu', got \['relu'\]$"):
+        cls(8, 2, 16, activation=["relu"])
+
+
+@pytest.mark.parametrize("cls", [EncoderBlock, DecoderBlock])
+def test_blocks_accept_the_ends_of_the_valid_ranges(cls):
+    """dropout 0 and just below 1, the smallest positive eps: all valid."""
+    assert cls(8, 2, 16, dropout=0.0).dropout.p == 0.0
+    assert cls(8, 2, 16, dropout=0.999).dropout1.p == 0.999
+    assert cls(8, 2, 16, layer_norm_eps=5e-324).norm1.eps == 5e-324
+
+
+@pytest.mark.parametrize(("cls", "extra"), [(EncoderBlock, ()), (DecoderBlock, ((B, S, E),))])
+def test_block_defaults_are_no_dropout_post_norm_relu_and_eps_1e_5(cls, extra):
+    """The documented defaults: a block built without them computes exactly what one built with
+    ``dropout=0.0, norm_first=False, activation="relu", layer_norm_eps=1e-5`` does."""
+    with torch.random.fork_rng():
+        torch.manual_seed(3)
+        implicit = cls(E, H, FF).double()
+        torch.manual_seed(3)
+        explicit = cls(E, H, FF, dropout=0.0, norm_first=False, activation="relu",
+                       layer_norm_eps=1e-5).double()
+    assert (implicit.norm_first, implicit.activation_name, implicit.layer_norm_eps) == (
+        False, "relu", 1e-5)
+    assert all(m.p == 0.0 for m in implicit.modules() if isinstance(m, nn.Dropout))
+    x = randn(5, B, L, E, scale=3.0)
+    args = [x] + [randn(6, *shape) for shape in extra]
+    # training mode: any dropout left on would show
+    assert torch.equal(implicit.train()(*args), explicit.train()(*args))
+
+
+def test_blocks_never_compute_the_attention_weights_they_would_discard(monkeypatch):
+    """Like PyTorch's layers, the blocks call their attentions with ``need_weights=False``: the
+    fused kernel, no ``(B, h, L, S)`` weight tensor. The weights path is made to fail here, so
+    a block that took it (the same numbers, more memory) would be caught."""
+    import attention_src.multihead as multihead
+
+    def weights_path(*args, **kwargs):
+        raise AssertionError("the block asked for attention weights")
+
+    monkeypatch.setattr(multihead, "scaled_dot_product_attention", weights_path)
+    x, memory = randn(0, B, L, E), randn(1, B, S, E)
+    for mode in ("eval", "train"):
+        enc = getattr(_encoder(dropout=P), mode)()
+        dec = getattr(_decoder(dropout=P), mode)()
+        assert enc(x, mask=causal_mask(L)).shape == (B, L, E)
+        assert dec(x, memory, mask=causal_mask(L)).shape == (B, L, E)
+    with pytest.raises(AssertionError, match="asked for attention weights"):
+        enc.self_attn(x, x, x)  # the spy is live: the default need_weights=True reaches it
+
+
+@pytest.mark.parametrize("cls", [EncoderBlock, DecoderBlock])
+def test_blocks_check_the_dropout_range_themselves(cls):
+    """The block refuses p = 1 before it looks at the later arguments (MultiHeadAttention's
+    own check, reached only after them, would report the activation instead)."""
+    for p in (1.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^dropout must be in \[0, 1\), got {p}$"):
+            cls(8, 2, 16, dropout=p, activation="tanh", layer_norm_eps=0.0)
