@@ -29,18 +29,7 @@ def test_kernel_runs_code_over_unix_sockets(ipc_kernel_manager):
         for port_name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
             path = f"{info['ip']}-{info[port_name]}"
             assert stat.S_ISSOCK(os.stat(path).st_mode), path
-        msg_id = kernel.execute_cell_input("print(6 * 7)", allow_stdin=False)
-        kernel.await_reply(msg_id, timeout=30)
-        outputs = []
-        while True:
-            msg = kernel.get_message(stream="iopub", timeout=10)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream":
-                outputs.append(msg["content"]["text"])
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                break
-        assert "".join(outputs) == "42\n"
+        assert _run_cell(kernel, "print(6 * 7)") == ("42\n", [])
     finally:
         kernel.stop()
 
