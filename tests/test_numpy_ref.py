@@ -263,3 +263,11 @@ def test_fully_masked_rows_are_exactly_zero_at_any_size(length):
         out, w = numpy_ref.scaled_dot_product_attention(q, k, v, mask=mask)
         assert np.all(w[:, [0, -1]] == 0) and np.all(out[:, [0, -1]] == 0)
         np.testing.assert_allclose(w[:, 1:-1].sum(-1), 1.0, atol=1e-12)
+
+
+def test_numpy_softmax_shifts_each_row_by_its_own_maximum():
+    # one shift for the whole array would send the second row to exp(-1000) = 0, then 0/0
+    x = np.array([[0.0, 0.0], [-1000.0, -1001.0]])
+    expected = np.array([[0.5, 0.5], [1 / (1 + np.exp(-1.0)), 1 / (1 + np.exp(1.0))]])
+    np.testing.assert_allclose(numpy_ref.softmax(x), expected, rtol=1e-12)
+    np.testing.assert_allclose(numpy_ref.softmax(x.T, axis=0), expected.T, rtol=1e-12)
