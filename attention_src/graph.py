@@ -218,13 +218,13 @@ class _GraphAttentionBase(nn.Module):
         self,
         in_features: int,
         out_features: int,
-        heads: int = 1,
-        concat: bool = True,
-        negative_slope: float = 0.2,
-        dropout: float = 0.0,
-        add_self_loops: bool = True,
-        bias: bool = True,
-    ) -> None:
+        heads: int,
+        concat: bool,
+        negative_slope: float,
+        dropout: float,
+        add_self_loops: bool,
+        bias: bool,
+    ) -> None:  # no defaults: the subclasses own them and pass every argument
         super().__init__()
         self.in_features = check_positive_int("in_features", in_features)
         self.out_features = check_positive_int("out_features", out_features)

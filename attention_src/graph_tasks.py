@@ -497,8 +497,10 @@ def attention_entropy(edge_index: torch.Tensor, alpha: torch.Tensor,
     _check_edge_index(edge_index, num_nodes, what="num_nodes is")
     check_tensor("alpha", alpha, min_rank=1)
     alpha = _check_edges_alpha(edge_index, alpha)
-    plogp = torch.where(alpha > 0, alpha * alpha.clamp_min(1e-300).log(),
-                        torch.zeros_like(alpha))  # (E, h)
+    if not bool((alpha >= 0).all()):  # also false for NaN
+        bad = alpha[~(alpha >= 0)][0].item()
+        raise ValueError(f"alpha must hold attention weights (>= 0), got {bad}")
+    plogp = torch.special.xlogy(alpha, alpha)  # (E, h), with 0 log 0 = 0 in any dtype
     out = alpha.new_zeros(num_nodes, alpha.shape[1])
     return -out.index_add_(0, edge_index[1], plogp)
 

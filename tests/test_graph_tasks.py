@@ -456,6 +456,10 @@ def test_attention_entropy_float32_zero_weights():
         (torch.ones(2, dtype=torch.int64), TypeError,
          r"^alpha must be a floating-point tensor, got dtype torch\.int64"),
         (torch.tensor(0.5), ValueError, r"^alpha must have at least 1 dimensions"),
+        (torch.tensor([0.5, -0.25]), ValueError,
+         r"^alpha must hold attention weights \(>= 0\), got -0\.25$"),
+        (torch.tensor([float("nan"), 1.0]), ValueError,
+         r"^alpha must hold attention weights \(>= 0\), got nan$"),
     ],
 )
 def test_attention_entropy_names_a_bad_alpha(alpha, error, match):
