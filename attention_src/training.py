@@ -125,6 +125,40 @@ def mean_by_length(
         ``(unique_lengths, means, counts)``, each ``(G,)`` for the ``G`` distinct lengths in
         increasing order; ``means`` is float64.
     """
+    _check_values_lengths(values, lengths)
+    unique, inverse, counts = torch.unique(lengths, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(unique), dtype=torch.float64).index_add_(
+        0, inverse, values.to(torch.float64))
+    return unique, sums / counts, counts
+
+
+def mean_over_lengths(values: torch.Tensor, lengths: torch.Tensor, lo: int, hi: int) -> float:
+    """Average ``values`` over the examples with ``lo <= length <= hi`` (e.g. short inputs).
+
+    Args:
+        values: ``(N,)`` one number per example (bools count as 0/1).
+        lengths: ``(N,)`` integer lengths (e.g. ``data.src_len``).
+        lo, hi: the range of lengths, both ends included.
+
+    Returns:
+        The mean, a Python float computed in float64.
+    """
+    _check_values_lengths(values, lengths)
+    for name, bound in (("lo", lo), ("hi", hi)):
+        if isinstance(bound, bool) or not isinstance(bound, int):
+            raise TypeError(f"{name} must be an int, got {type(bound).__name__}")
+    if lo > hi:
+        raise ValueError(f"lo must be at most hi, got lo = {lo} and hi = {hi}")
+    selected = (lengths >= lo) & (lengths <= hi)  # (N,)
+    if not bool(selected.any()):
+        raise ValueError(
+            f"no example has a length from {lo} to {hi} (lengths run from "
+            f"{int(lengths.min())} to {int(lengths.max())})"
+        )
+    return float(values[selected].to(torch.float64).mean())
+
+
+def _check_values_lengths(values: torch.Tensor, lengths: torch.Tensor) -> None:
     if not isinstance(values, torch.Tensor) or not isinstance(lengths, torch.Tensor):
         raise TypeError("values and lengths must be torch tensors")
     if lengths.is_floating_point() or lengths.dtype == torch.bool:
@@ -134,7 +168,3 @@ def mean_by_length(
             "values and lengths must be non-empty and 1-D of one shape, got "
             f"{tuple(values.shape)} and {tuple(lengths.shape)}"
         )
-    unique, inverse, counts = torch.unique(lengths, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(unique), dtype=torch.float64).index_add_(
-        0, inverse, values.to(torch.float64))
-    return unique, sums / counts, counts

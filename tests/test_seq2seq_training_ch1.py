@@ -1,9 +1,12 @@
-"""Tests of the chapter-1 helpers ``seq2seq.build_gru_seq2seq`` and ``training.mean_by_length``."""
+"""Tests of the chapter-1 helpers ``seq2seq.build_gru_seq2seq``, ``training.mean_by_length`` and
+``training.mean_over_lengths``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attention_src import data, seq2seq, training
 from attention_src.scoring import AdditiveScore
@@ -119,6 +122,63 @@ def test_mean_by_length_counts_bools_as_zero_one():
 def test_mean_by_length_bad_input(values, lengths, error, message):
     with pytest.raises(error, match=message):
         training.mean_by_length(values, lengths)
+
+
+def test_mean_over_lengths_hand_example():
+    values = torch.tensor([1.0, 0.5, 0.0, 1.0, 0.25])
+    lengths = torch.tensor([3, 5, 3, 5, 7])
+    assert training.mean_over_lengths(values, lengths, 3, 3) == 0.5  # both ends included
+    assert training.mean_over_lengths(values, lengths, 3, 5) == 0.625  # (1 + .5 + 0 + 1) / 4
+    assert training.mean_over_lengths(values, lengths, 4, 7) == pytest.approx(1.75 / 3,
+                                                                              rel=1e-15)
+    assert training.mean_over_lengths(values, lengths, 5, 5) == 0.75
+    assert training.mean_over_lengths(values, lengths, 6, 9) == 0.25
+    assert training.mean_over_lengths(torch.tensor([True, False, True]),
+                                      torch.tensor([2, 2, 4]), 1, 2) == 0.5
+
+
+@given(st.lists(st.tuples(st.integers(1, 6), st.floats(0, 1)), min_size=1, max_size=30),
+       st.integers(1, 6), st.integers(0, 5))
+def test_mean_over_lengths_is_the_count_weighted_mean_by_length(pairs, lo, width):
+    """The mean over a range equals mean_by_length's means weighted by their counts."""
+    lengths = torch.tensor([n for n, _ in pairs])
+    values = torch.tensor([v for _, v in pairs], dtype=torch.float64)
+    hi = lo + width
+    unique, means, counts = training.mean_by_length(values, lengths)
+    inside = (unique >= lo) & (unique <= hi)
+    if not bool(inside.any()):
+        with pytest.raises(ValueError, match=f"^no example has a length from {lo} to {hi} "):
+            training.mean_over_lengths(values, lengths, lo, hi)
+        return
+    expected = float((means[inside] * counts[inside]).sum() / counts[inside].sum())
+    assert training.mean_over_lengths(values, lengths, lo, hi) == pytest.approx(expected,
+                                                                                rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "error", "message"),
+    [
+        (5, 4, ValueError, "^lo must be at most hi, got lo = 5 and hi = 4$"),
+        (8, 9, ValueError,
+         r"^no example has a length from 8 to 9 \(lengths run from 3 to 7\)$"),
+        (1, 2, ValueError,
+         r"^no example has a length from 1 to 2 \(lengths run from 3 to 7\)$"),
+        (3.0, 5, TypeError, "^lo must be an int, got float$"),
+        (3, True, TypeError, "^hi must be an int, got bool$"),
+    ],
+)
+def test_mean_over_lengths_bad_range(lo, hi, error, message):
+    values = torch.tensor([1.0, 0.5, 0.25])
+    with pytest.raises(error, match=message):
+        training.mean_over_lengths(values, torch.tensor([3, 5, 7]), lo, hi)
+
+
+def test_mean_over_lengths_checks_like_mean_by_length():
+    with pytest.raises(TypeError, match="^lengths must be an integer tensor, got dtype "
+                                        "torch.float32$"):
+        training.mean_over_lengths(torch.ones(2), torch.tensor([1.0, 2.0]), 1, 2)
+    with pytest.raises(ValueError, match=r"got \(2,\) and \(3,\)$"):
+        training.mean_over_lengths(torch.ones(2), torch.tensor([1, 2, 3]), 1, 2)
 
 
 def test_context_decoder_follows_its_formulas_step_by_step():
