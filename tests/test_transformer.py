@@ -242,6 +242,19 @@ def test_layer_norm_eps_is_used_and_carried(eps):
     torch.testing.assert_close(block(x), ref(x), **TOL[torch.float64])
 
 
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
+def test_decoder_layer_norm_eps_is_used_by_all_three_norms(eps):
+    """The decoder's three layer norms (self-attention, cross-attention, feed-forward) each
+    use ``layer_norm_eps``: with eps = 0.5 and small inputs, one norm left at the default
+    changes the output."""
+    block = _decoder(layer_norm_eps=eps)
+    assert block.norm1.eps == block.norm2.eps == block.norm3.eps == eps
+    ref = to_torch_decoder_layer(block)
+    x = randn(3, B, L, E, scale=0.3)  # (B, L, E)
+    memory = randn(4, B, S, E, scale=0.3)  # (B, S, E)
+    torch.testing.assert_close(block(x, memory), ref(x, memory), **TOL[torch.float64])
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_torch_fast_paths_agree_at_real_positions(dtype, monkeypatch):
