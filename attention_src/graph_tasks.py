@@ -175,7 +175,7 @@ def digits_graph(k: int = 10, labelled_per_class: int = 5, seed: int = 0) -> Gra
     node classification, as on citation graphs).
 
     Returns:
-        :class:`GraphData` with ``x: (1797, 64)``, ``y: (1797,)``.
+        :class:`GraphData` with ``x: (1797, 64)`` float32, ``y: (1797,)`` int64.
     """
     from sklearn.datasets import load_digits  # shipped inside scikit-learn
 

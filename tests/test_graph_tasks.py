@@ -59,6 +59,23 @@ def test_knn_graph_breaks_ties_by_smaller_index():
     assert edges[0, edges[1] == 0].tolist() == [1]
 
 
+def test_knn_graph_breaks_many_ties_by_smaller_index():
+    """Points on a small integer grid, with repeats, tie at many distances. Against a loop
+    that sorts each node's other points by (squared distance, index): PyTorch's unstable sort
+    orders equal keys differently once a row has more than about 32 entries."""
+    g = torch.Generator().manual_seed(0)
+    points = torch.randint(0, 3, (60, 2), generator=g).double()  # (N, 2), 9 distinct points
+    k = 7
+    edges = G.knn_graph(points, k)
+    d2 = ((points[:, None] - points[None]) ** 2).sum(-1).tolist()  # (N, N), exact integers
+    expected = sorted((j, i) for i in range(60)
+                      for j in sorted((j for j in range(60) if j != i),
+                                      key=lambda j: (d2[i][j], j))[:k])
+    assert sorted(zip(*edges.tolist(), strict=True)) == expected
+    assert edges.tolist() == [list(c) for c in zip(*sorted(expected, key=lambda e: e[::-1]),
+                                                    strict=True)]  # by target, then source
+
+
 @PROPERTY
 @given(n=st.integers(3, 30), d=st.integers(1, 5), k=st.integers(1, 4), seed=seeds)
 def test_knn_graph_matches_sklearn_and_its_invariants(n, d, k, seed):
@@ -763,6 +780,7 @@ def test_digits_graph_defaults_split_and_features(monkeypatch):
     assert calls == [((1797, 64), 10, True)]  # k = 10, symmetric
     digits = load_digits()
     np.testing.assert_array_equal(data.x.numpy(), (digits.data / 16).astype(np.float32))
+    assert data.x.dtype == torch.float32 and data.y.dtype == torch.int64  # as documented
     assert data.x.max() == 1.0 and data.y.tolist() == digits.target.tolist()
     assert torch.bincount(data.y[data.train_mask]).tolist() == [5] * 10
     assert torch.equal(data.test_mask, ~data.train_mask)
