@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from attention_src import compare as C
 from attention_src.softmax import band_mask
@@ -113,6 +114,23 @@ def test_path_lengths_follow_their_formulas(n, k):
 def test_path_length_gives_up():
     with pytest.raises(RuntimeError, match="does not see input 0"):
         C.path_length("convolution", 50, k=2, max_layers=3)
+
+
+def test_path_length_tries_64_layers_by_default(monkeypatch):
+    """The default ``max_layers`` is 64: stacks of 1 to 64 layers are tried, no more. (The
+    stacks are stubbed: a real 65-layer search takes seconds.)"""
+    depths = []
+
+    def fake_stack(kind, n_layers, d, k, r):
+        depths.append(n_layers)
+        return nn.Identity()
+
+    monkeypatch.setattr(C, "make_stack", fake_stack)
+    monkeypatch.setattr(C, "_depends", lambda stack, x: False)
+    with pytest.raises(RuntimeError, match="^convolution: output 65 does not see input 0 "
+                                           "after 64 layers$"):
+        C.path_length("convolution", 66, k=2)
+    assert depths == list(range(1, 65))
 
 
 @pytest.mark.parametrize("n", [1, 7, 30])
