@@ -406,6 +406,18 @@ def test_make_stack_builds_each_kind_with_its_parameters():
         C.make_stack("lstm", 2, 4)
 
 
+@pytest.mark.parametrize("make", [lambda d: C.SelfAttentionLayer(d),
+                                  lambda d: C.RestrictedSelfAttentionLayer(d, 2)],
+                         ids=["self-attention", "restricted"])
+def test_attention_layers_have_three_bias_free_projections(make):
+    """W_q, W_k, W_v, each (d, d) without a bias: 3 d^2 parameters, as the formula in the
+    docstring and analytic_flops' count of 3 projections assume. (A bias on the keys would
+    not even change the output: q . b is the same for every key of a query.)"""
+    layer = make(5)
+    assert [(name, tuple(p.shape)) for name, p in layer.named_parameters()] == [
+        ("q_proj.weight", (5, 5)), ("k_proj.weight", (5, 5)), ("v_proj.weight", (5, 5))]
+
+
 def test_analytic_flops_by_hand_for_every_layer_and_the_default_batch():
     # restricted, n = 5, r = 2, d = 3: 5 * 2 * 3 multiply-adds for scores and for the sum
     restricted = C.RestrictedSelfAttentionLayer(3, 2)
