@@ -473,7 +473,7 @@ def test_attention_entropy_float32_zero_weights():
         (torch.ones(2, dtype=torch.int64), TypeError,
          r"^alpha must be a floating-point tensor, got dtype torch\.int64"),
         (torch.tensor(0.5), ValueError, r"^alpha must have at least 1 dimensions"),
-        (torch.tensor([0.5, -0.25]), ValueError,
+        (torch.tensor([[0.0, 0.5], [-0.25, 1.0]]), ValueError,  # 0 is a valid weight
          r"^alpha must hold attention weights \(>= 0\), got -0\.25$"),
         (torch.tensor([float("nan"), 1.0]), ValueError,
          r"^alpha must hold attention weights \(>= 0\), got nan$"),
