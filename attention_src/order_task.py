@@ -70,7 +70,9 @@ class OrderSelfAttention(nn.Module):
     ``positions``: ``"none"`` (permutation-equivariant), ``"sinusoidal"`` (the fixed table
     added to the embeddings) or ``"rotary"`` (queries and keys rotated by ``apply_rotary``).
     The projections have biases: with rotary positions the rotated biases give every query a
-    content-independent preference for a relative offset.
+    content-independent preference for a relative offset. There is no residual connection:
+    the readout sees only the attention output ``A V``, so the current token reaches it only
+    through its own weight ``alpha_ii``.
 
     ``forward(tokens: (B, L) int64) -> (logits: (B, L, V), weights: (B, L, L))``.
     """
