@@ -26,10 +26,11 @@ conventions of ``torch.utils.flop_counter.FlopCounterMode`` (2 per multiply-add,
 products and convolutions only), and :func:`measured_flops` measures the same split with that
 counter. The counter computes each product's count from its operands' shapes, so the two agree
 when the layer runs the products the formula lists, with the shapes it lists: a check of the
-code against the formula, not a measurement of cost. :func:`path_length` stacks layers until a gradient says the last output
-depends on the first input; :func:`longest_matmul_chain` measures the number of sequential
-matrix products on the way; :func:`gradient_by_distance` gives ``|d y_{n-1} / d x_j|`` for
-every ``j``.
+code against the formula, not a measurement of cost. :func:`path_length` stacks layers
+until a gradient says the last output depends on the first input; :func:`longest_matmul_chain`
+measures the number of sequential matrix products on the way (on output ``n - 1`` of a stack
+of just enough layers: the path length in products, ``n`` for a recurrent layer);
+:func:`gradient_by_distance` gives ``|d y_{n-1} / d x_j|`` for every ``j``.
 
 For note 004 (section 6), :class:`PixelClassifier` classifies 8x8 images with the pixels as
 tokens and one mixing layer (self-attention or a 3x3 convolution), both given the same learned

@@ -117,6 +117,24 @@ def test_measured_flops_split_attention_by_hand():
     assert got == {"mixing": 2 * 64, "position-wise": 2 * 48}
 
 
+class _RecurrentWithIdleProjection(C.RecurrentLayer):
+    """A recurrent layer that declares one more position-wise submodule and never calls it."""
+
+    POSITION_WISE = ("x_proj", "idle")
+
+    def __init__(self, d):
+        super().__init__(d)
+        self.idle = nn.Linear(d, d)
+
+
+def test_measured_flops_counts_a_position_wise_submodule_that_runs_nothing_as_zero():
+    """A named submodule that runs no product adds nothing (the counter does not list it)."""
+    layer = _RecurrentWithIdleProjection(3)
+    x = torch.randn(2, 5, 3)
+    assert C.measured_flops(layer, x) == C.measured_flops(C.RecurrentLayer(3), x) == {
+        "mixing": 2 * 90, "position-wise": 2 * 90}
+
+
 def test_measured_flops_needs_the_position_wise_names():
     with pytest.raises(TypeError, match=r"^Linear does not name its position-wise "
                                         r"submodules \(POSITION_WISE\)$"):
@@ -166,6 +184,21 @@ def test_longest_matmul_chain(n):
     assert C.longest_matmul_chain(C.ConvLayer(3, 3).double()(x)) == 1
     with pytest.raises(ValueError, match="no grad_fn"):
         C.longest_matmul_chain(x)
+
+
+@pytest.mark.parametrize("n_layers", [1, 3])
+def test_longest_matmul_chain_of_stacks_counts_products_per_layer(n_layers):
+    """On output n - 1 of a stack: one product per convolution layer (dilated or not), three
+    per attention layer (a projection, the scores, the weighted sum), n per recurrent layer
+    (its input product, then n - 1 hidden updates). Counted by hand from the layers'
+    definitions; the chapter's path lengths in products rest on these counts."""
+    n = 9
+    torch.manual_seed(0)
+    per_layer = {"convolution": 1, "dilated convolution": 1, "self-attention": 3,
+                 "restricted": 3, "recurrent": n}
+    for kind, count in per_layer.items():
+        y = C.make_stack(kind, n_layers, 3)(torch.randn(1, n, 3))  # (1, n, 3)
+        assert C.longest_matmul_chain(y[:, -1]) == n_layers * count, kind
 
 
 def test_gradient_by_distance_matches_the_jacobian():
