@@ -19,15 +19,17 @@ intensity levels 0..16, which is deterministic, and a random forest (100 trees,
 
 Per model and seed the file keeps the held-out accuracy, the first
 ``LIVE_STEPS`` training losses and the mean of the last ``LIVE_STEPS``; for the attention
-model with positions, the weights of query pixel (3, 3) summarised on the first 200
-held-out images: the share inside its 3x3
+model with positions and ``d = 16``, the weights of query pixel (3, 3) summarised on the first
+200 held-out images: the share inside its 3x3
 neighbourhood, the mean total-variation distance between the rows of two images (images
 ``0..99`` against ``100..199``) and the mean total-variation distance from the convolution's
-uniform 3x3 window. The notebook re-runs seed 0 live and checks it against this file.
+uniform 3x3 window. It also keeps each model's parameter count and the two baselines'
+accuracies (the forest's per seed). The notebook re-runs seed 0 live and checks it against
+this file, and recomputes the parameter counts and the histogram baseline.
 
-Kernels: PyTorch's default kernels on this machine; the live re-run agrees to the last digit
-here (the notebook allows 0.01 in accuracy, a few images, for other CPUs' rounding).
-All of it took about 6 minutes on one core of the busy 2-core machine. On seed 7 the
+Kernels: PyTorch's default kernels on this machine (``AVX2``); the live re-run agrees to the
+last digit here (the notebook allows 0.01 in accuracy, a few images, for other CPUs' rounding).
+All of it took about 10 minutes on one core of the busy 2-core machine. On seed 7 the
 convolutional model's training collapses (loss stuck at ln 10), which the notebook reports.
 Run from the root::
 
