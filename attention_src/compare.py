@@ -17,14 +17,20 @@ depends on input ``n - 1``, so the path-length measurement asks when output ``n 
 depends on input ``0``, the one direction in which all five connect.
 
 Counters: :func:`analytic_flops` gives the floating-point operations of one forward pass by
-formula, split into ``"mixing"`` (the part that combines positions: score and weighted-sum
-products of the attention layers) and ``"linear"`` (matrix products and convolutions); it
-follows the conventions of ``torch.utils.flop_counter.FlopCounterMode`` (2 per multiply-add,
-matrix products and convolutions only), and :func:`measured_flops` measures the same split
-with that counter. :func:`path_length` stacks layers until a gradient says the last output
-depends on the first input; :func:`longest_matmul_chain` measures the number of sequential
-matrix products on the way; :func:`gradient_by_distance` gives ``|d y_{n-1} / d x_j|`` for
-every ``j``.
+formula, split into ``"mixing"`` (products that carry information between positions: the
+attention layers' scores and weighted sums, the recurrent layer's hidden products
+``h_{t-1} W_h``, the convolution) and ``"position-wise"`` (products applied to each position
+alone: the projections ``W_q, W_k, W_v``, the recurrent layer's input product ``x_t W_x``);
+each layer names its position-wise submodules in ``POSITION_WISE``. The counts follow the
+conventions of ``torch.utils.flop_counter.FlopCounterMode`` (2 per multiply-add, matrix
+products and convolutions only), and :func:`measured_flops` measures the same split with that
+counter. The counter computes each product's count from its operands' shapes, so the two agree
+when the layer runs the products the formula lists, with the shapes it lists: a check of the
+code against the formula, not a measurement of cost. :func:`path_length` stacks layers
+until a gradient says the last output depends on the first input; :func:`longest_matmul_chain`
+measures the number of sequential matrix products on the way (on output ``n - 1`` of a stack
+of just enough layers: the path length in products, ``n`` for a recurrent layer);
+:func:`gradient_by_distance` gives ``|d y_{n-1} / d x_j|`` for every ``j``.
 
 For note 004 (section 6), :class:`PixelClassifier` classifies 8x8 images with the pixels as
 tokens and one mixing layer (self-attention or a 3x3 convolution), both given the same learned
@@ -80,6 +86,9 @@ class SelfAttentionLayer(nn.Module):
     ``x``: ``(B, n, d)`` -> ``(B, n, d)``. Every output position sees every input position.
     """
 
+    #: submodules that act on each position alone (see :func:`measured_flops`)
+    POSITION_WISE = ("q_proj", "k_proj", "v_proj")
+
     def __init__(self, d: int) -> None:
         super().__init__()
         _check_int("d", d, 1)
@@ -106,6 +115,8 @@ class RestrictedSelfAttentionLayer(nn.Module):
     computed (keys gathered with ``unfold``), so the cost grows like ``r * n * d``, not
     ``n**2 * d``. Keys before position 0 are padding and get weight exactly 0.
     """
+
+    POSITION_WISE = ("q_proj", "k_proj", "v_proj")
 
     def __init__(self, d: int, r: int) -> None:
         super().__init__()
@@ -147,6 +158,9 @@ class RecurrentLayer(nn.Module):
     that the layer is contracting, as trained tanh networks usually are.
     """
 
+    #: the input product ``x_t W_x``; the hidden product ``h_{t-1} W_h`` mixes positions
+    POSITION_WISE = ("x_proj",)
+
     def __init__(self, d: int, gain: float = 0.9) -> None:
         super().__init__()
         _check_int("d", d, 1)
@@ -178,6 +192,9 @@ class ConvLayer(nn.Module):
     ``x``: ``(B, n, d)`` -> ``(B, n, d)``; output ``i`` uses inputs ``i - m * dilation`` for
     ``m = 0 .. k - 1`` (zero padding before position 0).
     """
+
+    #: none: the convolution is one product over all ``k`` taps, the position's own included
+    POSITION_WISE = ()
 
     def __init__(self, d: int, k: int, dilation: int = 1) -> None:
         super().__init__()
@@ -216,41 +233,54 @@ def make_stack(kind: str, n_layers: int, d: int, k: int = 3, r: int = 3) -> nn.S
 def analytic_flops(layer: nn.Module, n: int, batch: int = 1) -> dict[str, int]:
     """Floating-point operations of ``layer`` on a ``(batch, n, d)`` input, by formula.
 
-    Returns ``{"mixing": ..., "linear": ...}``: ``mixing`` counts the products that combine
-    positions inside attention (scores and weighted sum), ``linear`` the matrix products of
-    the projections and recurrences and the convolutions. Counted as FlopCounterMode counts:
-    2 operations per multiply-add, nothing for softmax, tanh, biases or padding.
+    Returns ``{"mixing": ..., "position-wise": ...}``. ``mixing`` counts the products that
+    carry information between positions: the scores ``Q K^T`` and the weighted sum ``A V`` of
+    the attention layers (``2 * 2 n^2 d``, or ``2 * 2 n r d`` in a window of ``r``), the
+    recurrent layer's ``n`` hidden products ``h_{t-1} W_h`` (``2 n d^2``), the convolution's
+    ``k`` taps (``2 n k d^2``). ``position-wise`` counts the products applied to each position
+    alone: the projections ``W_q, W_k, W_v`` (``3 * 2 n d^2``) and the recurrent layer's input
+    product ``x_t W_x`` (``2 n d^2``). Counted as FlopCounterMode counts: 2 operations per
+    multiply-add, nothing for softmax, tanh, biases or padding.
     """
     _check_int("n", n, 1)
     _check_int("batch", batch, 1)
     d = getattr(layer, "d", None)
     if isinstance(layer, SelfAttentionLayer):
-        return {"mixing": batch * 2 * (2 * n * n * d), "linear": batch * 3 * 2 * n * d * d}
+        return {"mixing": batch * 2 * (2 * n * n * d),
+                "position-wise": batch * 3 * 2 * n * d * d}
     if isinstance(layer, RestrictedSelfAttentionLayer):
         return {"mixing": batch * 2 * (2 * n * layer.r * d),
-                "linear": batch * 3 * 2 * n * d * d}
-    if isinstance(layer, RecurrentLayer):  # n input products + n hidden products
-        return {"mixing": 0, "linear": batch * 2 * (2 * n * d * d)}
+                "position-wise": batch * 3 * 2 * n * d * d}
+    if isinstance(layer, RecurrentLayer):  # n hidden products, n input products
+        return {"mixing": batch * 2 * n * d * d, "position-wise": batch * 2 * n * d * d}
     if isinstance(layer, ConvLayer):  # every output: k taps of a (d, d) matrix
-        return {"mixing": 0, "linear": batch * 2 * n * layer.k * d * d}
+        return {"mixing": batch * 2 * n * layer.k * d * d, "position-wise": 0}
     raise TypeError(f"no formula for {type(layer).__name__}")
-
-
-_MIXING_OPS = ("bmm", "baddbmm")
 
 
 def measured_flops(layer: nn.Module, x: torch.Tensor) -> dict[str, int]:
     """Operations of one forward pass of ``layer`` on ``x`` ``(B, n, d)``, measured with
-    ``FlopCounterMode`` and split as :func:`analytic_flops` splits them (batched matrix
-    products, which only the attention layers use, are ``"mixing"``)."""
+    ``FlopCounterMode`` and split as :func:`analytic_flops` splits them.
+
+    The products run inside the submodules the layer names in ``POSITION_WISE`` are
+    ``"position-wise"``, all others ``"mixing"``. The counter computes each count from the
+    operands' shapes: agreement with :func:`analytic_flops` shows that the layer runs the
+    products of the formula, with its shapes, not what they cost in time. Raises ``TypeError``
+    for a layer without ``POSITION_WISE``.
+    """
+    names = getattr(layer, "POSITION_WISE", None)
+    if names is None:
+        raise TypeError(f"{type(layer).__name__} does not name its position-wise submodules "
+                        "(POSITION_WISE)")
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         layer(x)
-    split = {"mixing": 0, "linear": 0}
-    for op, count in counter.get_flop_counts()["Global"].items():
-        name = str(op).split(".")[-1]
-        split["mixing" if name in _MIXING_OPS else "linear"] += int(count)
-    return split
+    counts = counter.get_flop_counts()  # {module name: {operator: FLOPs}}, "Global" for all
+    # FlopCounterMode names a submodule "<class of the layer>.<attribute>"
+    position_wise = sum(sum(counts.get(f"{type(layer).__name__}.{name}", {}).values())
+                        for name in names)
+    total = counter.get_total_flops()
+    return {"mixing": int(total - position_wise), "position-wise": int(position_wise)}
 
 
 def _depends(stack: nn.Module, x: torch.Tensor) -> bool:

@@ -95,8 +95,50 @@ def test_analytic_flops_equal_flop_counter(kind, b, n, d, k, r):
 def test_flops_by_hand():
     # self-attention at n = 4, d = 2: QK^T and AV are 4*4*2 multiply-adds each
     assert C.analytic_flops(C.SelfAttentionLayer(2), 4) == {"mixing": 2 * 2 * 32,
-                                                            "linear": 3 * 2 * 16}
-    assert C.analytic_flops(C.ConvLayer(2, 3), 5) == {"mixing": 0, "linear": 2 * 5 * 3 * 4}
+                                                            "position-wise": 3 * 2 * 16}
+    # a convolution is one product over its k taps: all of it mixes positions
+    assert C.analytic_flops(C.ConvLayer(2, 3), 5) == {"mixing": 2 * 5 * 3 * 4,
+                                                      "position-wise": 0}
+
+
+def test_measured_flops_split_the_recurrent_layer_by_hand():
+    """n = 5, d = 3, batch 2: one input product (10, 3) @ (3, 3) is position-wise; the five
+    hidden products (2, 3) @ (3, 3), one per step, mix positions. Counted by hand: 90
+    multiply-adds each way, independently of the module names measured_flops reads."""
+    layer = C.RecurrentLayer(3)
+    assert C.measured_flops(layer, torch.randn(2, 5, 3)) == {"mixing": 2 * 90,
+                                                             "position-wise": 2 * 90}
+
+
+def test_measured_flops_split_attention_by_hand():
+    """n = 4, d = 2, batch 1: three projections (4, 2) @ (2, 2), 16 multiply-adds each, are
+    position-wise; QK^T (4, 2) @ (2, 4) and AV (4, 4) @ (4, 2), 32 each, mix."""
+    got = C.measured_flops(C.SelfAttentionLayer(2), torch.randn(1, 4, 2))
+    assert got == {"mixing": 2 * 64, "position-wise": 2 * 48}
+
+
+class _RecurrentWithIdleProjection(C.RecurrentLayer):
+    """A recurrent layer that declares one more position-wise submodule and never calls it."""
+
+    POSITION_WISE = ("x_proj", "idle")
+
+    def __init__(self, d):
+        super().__init__(d)
+        self.idle = nn.Linear(d, d)
+
+
+def test_measured_flops_counts_a_position_wise_submodule_that_runs_nothing_as_zero():
+    """A named submodule that runs no product adds nothing (the counter does not list it)."""
+    layer = _RecurrentWithIdleProjection(3)
+    x = torch.randn(2, 5, 3)
+    assert C.measured_flops(layer, x) == C.measured_flops(C.RecurrentLayer(3), x) == {
+        "mixing": 2 * 90, "position-wise": 2 * 90}
+
+
+def test_measured_flops_needs_the_position_wise_names():
+    with pytest.raises(TypeError, match=r"^Linear does not name its position-wise "
+                                        r"submodules \(POSITION_WISE\)$"):
+        C.measured_flops(nn.Linear(2, 2), torch.randn(1, 3, 2))
 
 
 @pytest.mark.parametrize("n", [2, 5, 16, 40])
@@ -142,6 +184,21 @@ def test_longest_matmul_chain(n):
     assert C.longest_matmul_chain(C.ConvLayer(3, 3).double()(x)) == 1
     with pytest.raises(ValueError, match="no grad_fn"):
         C.longest_matmul_chain(x)
+
+
+@pytest.mark.parametrize("n_layers", [1, 3])
+def test_longest_matmul_chain_of_stacks_counts_products_per_layer(n_layers):
+    """On output n - 1 of a stack: one product per convolution layer (dilated or not), three
+    per attention layer (a projection, the scores, the weighted sum), n per recurrent layer
+    (its input product, then n - 1 hidden updates). Counted by hand from the layers'
+    definitions; the chapter's path lengths in products rest on these counts."""
+    n = 9
+    torch.manual_seed(0)
+    per_layer = {"convolution": 1, "dilated convolution": 1, "self-attention": 3,
+                 "restricted": 3, "recurrent": n}
+    for kind, count in per_layer.items():
+        y = C.make_stack(kind, n_layers, 3)(torch.randn(1, n, 3))  # (1, n, 3)
+        assert C.longest_matmul_chain(y[:, -1]) == n_layers * count, kind
 
 
 def test_gradient_by_distance_matches_the_jacobian():
@@ -421,12 +478,15 @@ def test_attention_layers_have_three_bias_free_projections(make):
 def test_analytic_flops_by_hand_for_every_layer_and_the_default_batch():
     # restricted, n = 5, r = 2, d = 3: 5 * 2 * 3 multiply-adds for scores and for the sum
     restricted = C.RestrictedSelfAttentionLayer(3, 2)
-    assert C.analytic_flops(restricted, 5) == {"mixing": 2 * 2 * 30, "linear": 3 * 2 * 5 * 9}
-    # recurrent, n = 4, d = 2: 4 input products and 4 hidden products of a (2, 2) matrix
-    assert C.analytic_flops(C.RecurrentLayer(2), 4) == {"mixing": 0, "linear": 2 * 8 * 4}
+    assert C.analytic_flops(restricted, 5) == {"mixing": 2 * 2 * 30,
+                                               "position-wise": 3 * 2 * 5 * 9}
+    # recurrent, n = 4, d = 2: 4 hidden products (mixing) and 4 input products (each
+    # position alone) of a (2, 2) matrix
+    assert C.analytic_flops(C.RecurrentLayer(2), 4) == {"mixing": 2 * 4 * 4,
+                                                        "position-wise": 2 * 4 * 4}
     # n = 1 is allowed; batch defaults to 1 and scales every count
     sa = C.SelfAttentionLayer(2)
-    assert C.analytic_flops(sa, 1) == {"mixing": 2 * 2 * 2, "linear": 3 * 2 * 4}
+    assert C.analytic_flops(sa, 1) == {"mixing": 2 * 2 * 2, "position-wise": 3 * 2 * 4}
     assert C.analytic_flops(sa, 3) == C.analytic_flops(sa, 3, batch=1)
     assert C.analytic_flops(sa, 3, batch=4) == {
         key: 4 * value for key, value in C.analytic_flops(sa, 3).items()}
