@@ -3,7 +3,9 @@
 The kNN graph is checked against scikit-learn's ``NearestNeighbors`` (an independent
 implementation) and by its definition on hand-made points; the lookup task by decoding each
 query's answer from the node features; the measurements on hand-computed cases; static
-attention (``ranking_consistency`` = 1 for GAT) on random untrained layers.
+attention (``ranking_consistency`` = 1 for GAT) on random untrained layers. The sweep's helpers:
+parameter counts against the models' own parameters, the matched GAT width against a search
+over widths, and ``lookup_run`` against the pieces its docstring names.
 """
 
 from __future__ import annotations
@@ -1059,6 +1061,8 @@ def test_matched_gat_hidden_by_hand_and_on_a_tie():
         "gatv2", 4, 16, 3)
     # k = 8: 46 / 28 per unit; 16 * 46 / 28 = 26.3, so 26 (gap 8 h) rather than 27 (20 h)
     assert G.matched_gat_hidden(8, 2, 16) == 26
+    # k = 2: 16 per unit for GATv2, 10 for GAT; width 1 -> 1.6, so 2 (gap 4) beats 1 (gap 6)
+    assert G.matched_gat_hidden(2, 1, 1) == 2
     # k = 4, width 4: 4 * 26 / 16 = 6.5 exactly, a tie between 6 and 7: the smaller wins
     assert G.matched_gat_hidden(4, 1, 4) == 6
     assert (G.lookup_parameter_count("gatv2", 4, 4, 1)
