@@ -20,7 +20,9 @@ none, the MLP), :class:`MeanAggregation` (the uniform-weight layer) and :class:`
 :func:`train_lookup`, :func:`lookup_accuracy`. Measurements: :func:`attention_entropy`,
 :func:`uniform_entropy`, :func:`ranking_consistency`, :func:`top_key_agreement`,
 :func:`asked_key_hits` and :func:`spring_layout` (a drawing of a graph, written in NumPy
-since networkx is not needed).
+since networkx is not needed). The heads-by-keys sweep: :func:`lookup_parameter_count`,
+:func:`matched_gat_hidden` (GAT's head width for a parameter count equal to GATv2's) and
+:func:`lookup_run` (one trained and measured model).
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ __all__ = [
     "ranking_consistency",
     "top_key_agreement",
     "asked_key_hits",
+    "lookup_parameter_count",
+    "matched_gat_hidden",
+    "lookup_run",
     "spring_layout",
 ]
 
@@ -598,6 +603,78 @@ def asked_key_hits(model: LookupModel, batch: LookupBatch, head: int = 0) -> tup
     hit = (weights.argmax(-1) == asked).double().mean()
     on_asked = torch.gather(weights, 2, asked[:, :, None])  # (B, k, 1)
     return float(hit), float(on_asked.double().mean())
+
+
+# ----------------------------------------------------------------------------- the sweep
+def lookup_parameter_count(kind: str, k: int, hidden: int, heads: int) -> int:
+    """Trainable parameters of ``LookupModel(kind, k, hidden, heads)``, in closed form.
+
+    With ``h = heads``, ``d = hidden`` and input width ``2k + 1``:
+
+    * GAT: ``lin`` ``(2k + 1) h d``; ``att_src``, ``att_dst`` and ``bias`` ``h d`` each; the
+      read-out ``h d k + k``. In all ``h d (3k + 4) + k``.
+    * GATv2: ``lin_l`` and ``lin_r`` ``(2k + 1) h d + h d`` each (weight and bias); ``att``
+      and ``bias`` ``h d`` each; the read-out ``h d k + k``. In all ``h d (5k + 6) + k``.
+
+    GATv2 has about ``5/3`` as many parameters at the same width, for its second projection.
+    """
+    if kind not in ("gat", "gatv2"):
+        raise ValueError(f"kind must be 'gat' or 'gatv2', got {kind!r}")
+    for name, value in (("k", k), ("hidden", hidden), ("heads", heads)):
+        check_positive_int(name, value)
+    per_width = 3 * k + 4 if kind == "gat" else 5 * k + 6  # parameters per unit of h d
+    return heads * hidden * per_width + k
+
+
+def matched_gat_hidden(k: int, heads: int, gatv2_hidden: int) -> int:
+    """The GAT head width that matches GATv2's parameter count as closely as an integer can.
+
+    Returns the ``d`` for which ``lookup_parameter_count("gat", k, d, heads)`` is nearest to
+    ``lookup_parameter_count("gatv2", k, gatv2_hidden, heads)`` (the smaller ``d`` on a tie).
+    Both counts are ``h d c + k`` with ``c = 3k + 4`` for GAT and ``5k + 6`` for GATv2, so the
+    exact match ``d = gatv2_hidden (5k + 6) / (3k + 4)`` lies between the two candidates
+    ``floor`` and ``floor + 1``, and the returned width leaves the counts at most
+    ``h (3k + 4) / 2`` apart: within ``(3k + 4) / (2 gatv2_hidden (5k + 6))`` of GATv2's count
+    in relative terms (below 2 % for ``gatv2_hidden = 16``).
+    """
+    check_positive_int("gatv2_hidden", gatv2_hidden)
+    target = lookup_parameter_count("gatv2", k, gatv2_hidden, heads)
+    per_width = heads * (3 * k + 4)  # GAT's parameters per unit of head width
+    low = (target - k) // per_width  # >= gatv2_hidden, since 3k + 4 < 5k + 6
+    return min((low, low + 1),
+               key=lambda d: abs(lookup_parameter_count("gat", k, d, heads) - target))
+
+
+def lookup_run(kind: str, k: int, heads: int, hidden: int, seed: int, steps: int = 400,
+               batch: int = 32, lr: float = 0.01) -> dict:
+    """Train one :class:`LookupModel` and measure it, as chapter 8's heads-by-keys sweep does.
+
+    ``torch.manual_seed(seed)`` (the global generator: it draws the initial weights), then
+    :func:`train_lookup` with ``seed`` (the training graphs). Measured on the trained model:
+    the accuracy of :func:`lookup_accuracy` (200 new graphs, its fixed seed), the mean loss of
+    the last ``min(50, steps)`` steps, and for every head its :func:`top_key_agreement` and
+    its asked-key hit rate (:func:`asked_key_hits`) on 100 other new graphs (generator seed
+    7). A static head has agreement exactly 1.
+
+    Returns:
+        ``dict`` with ``kind, k, heads, hidden, seed, steps`` as given, ``params`` (the
+        model's trainable parameters), ``test_acc``, ``loss_end``, and ``agreement`` and
+        ``hit``: lists of ``heads`` floats, one per head.
+    """
+    check_positive_int("steps", steps)
+    torch.manual_seed(seed)
+    model = LookupModel(kind, k, hidden=hidden, heads=heads)
+    losses = train_lookup(model, steps=steps, batch=batch, lr=lr, seed=seed)
+    probe = lookup_batch(k, 100, torch.Generator().manual_seed(7))
+    tail = losses[-50:]  # the last min(50, steps) losses
+    return {
+        "kind": kind, "k": k, "heads": heads, "hidden": hidden, "seed": seed, "steps": steps,
+        "params": sum(p.numel() for p in model.parameters()),
+        "test_acc": lookup_accuracy(model),
+        "loss_end": sum(tail) / len(tail),
+        "agreement": [top_key_agreement(model, probe, head=m) for m in range(heads)],
+        "hit": [asked_key_hits(model, probe, head=m)[0] for m in range(heads)],
+    }
 
 
 # ----------------------------------------------------------------------------- drawing

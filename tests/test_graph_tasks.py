@@ -3,7 +3,9 @@
 The kNN graph is checked against scikit-learn's ``NearestNeighbors`` (an independent
 implementation) and by its definition on hand-made points; the lookup task by decoding each
 query's answer from the node features; the measurements on hand-computed cases; static
-attention (``ranking_consistency`` = 1 for GAT) on random untrained layers.
+attention (``ranking_consistency`` = 1 for GAT) on random untrained layers. The sweep's helpers:
+parameter counts against the models' own parameters, the matched GAT width against a search
+over widths, and ``lookup_run`` against the pieces its docstring names.
 """
 
 from __future__ import annotations
@@ -1000,3 +1002,141 @@ def test_lookup_accuracy_defaults_are_200_graphs_drawn_with_seed_12345():
     # and the defaults matter: another batch size or seed measures another number
     assert G.lookup_accuracy(model, batch=201, seed=12345) != explicit
     assert G.lookup_accuracy(model, batch=200, seed=12346) != explicit
+
+
+# ----------------------------------------------------------------------------- the sweep
+@pytest.mark.parametrize("kind", ["gat", "gatv2"])
+@pytest.mark.parametrize(("k", "hidden", "heads"), [(2, 1, 1), (3, 5, 2), (8, 16, 4), (5, 3, 7)])
+def test_lookup_parameter_count_equals_the_models_parameters(kind, k, hidden, heads):
+    model = G.LookupModel(kind, k, hidden=hidden, heads=heads)
+    assert G.lookup_parameter_count(kind, k, hidden, heads) == sum(
+        p.numel() for p in model.parameters())
+
+
+def test_lookup_parameter_count_by_hand_for_the_chapter_setting():
+    # k = 8, 4 heads of width 16: h d = 64; GAT 64 (17 + 1 + 1 + 1 + 8) + 8,
+    # GATv2 64 (2 (17 + 1) + 1 + 1 + 8) + 8
+    assert G.lookup_parameter_count("gat", 8, 16, 4) == 64 * 28 + 8 == 1800
+    assert G.lookup_parameter_count("gatv2", 8, 16, 4) == 64 * 46 + 8 == 2952
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (("mlp", 3, 2, 2), ValueError, r"^kind must be 'gat' or 'gatv2', got 'mlp'$"),
+        (("gat", 0, 2, 2), ValueError, r"^k must be positive, got 0$"),
+        (("gat", 3, 0, 2), ValueError, r"^hidden must be positive, got 0$"),
+        (("gatv2", 3, 2, 0), ValueError, r"^heads must be positive, got 0$"),
+        (("gatv2", 3, 2.0, 2), TypeError, r"^hidden must be an int, got float$"),
+    ],
+)
+def test_lookup_parameter_count_names_bad_arguments(args, error, match):
+    with pytest.raises(error, match=match):
+        G.lookup_parameter_count(*args)
+
+
+def _nearest_width_by_search(k: int, heads: int, gatv2_hidden: int) -> int:
+    """Every GAT width up to 3 gatv2_hidden + 2, the first with the smallest count gap."""
+    target = G.lookup_parameter_count("gatv2", k, gatv2_hidden, heads)
+    gaps = [(abs(G.lookup_parameter_count("gat", k, d, heads) - target), d)
+            for d in range(1, 3 * gatv2_hidden + 3)]
+    return min(gaps)[1]
+
+
+@PROPERTY
+@given(k=st.integers(2, 24), heads=st.integers(1, 8), gatv2_hidden=st.integers(1, 40))
+def test_matched_gat_hidden_is_the_nearest_width(k, heads, gatv2_hidden):
+    d = G.matched_gat_hidden(k, heads, gatv2_hidden)
+    assert d == _nearest_width_by_search(k, heads, gatv2_hidden)
+    target = G.lookup_parameter_count("gatv2", k, gatv2_hidden, heads)
+    gap = abs(G.lookup_parameter_count("gat", k, d, heads) - target)
+    assert gap <= heads * (3 * k + 4) / 2  # half a width step of GAT
+    assert gap / target <= (3 * k + 4) / (2 * gatv2_hidden * (5 * k + 6))
+
+
+def test_matched_gat_hidden_by_hand_and_on_a_tie():
+    # k = 4: 26 parameters per unit of h d for GATv2, 16 for GAT, so 16 -> 26 exactly
+    assert G.matched_gat_hidden(4, 3, 16) == 26
+    assert G.lookup_parameter_count("gat", 4, 26, 3) == G.lookup_parameter_count(
+        "gatv2", 4, 16, 3)
+    # k = 8: 46 / 28 per unit; 16 * 46 / 28 = 26.3, so 26 (gap 8 h) rather than 27 (20 h)
+    assert G.matched_gat_hidden(8, 2, 16) == 26
+    # k = 2: 16 per unit for GATv2, 10 for GAT; width 1 -> 1.6, so 2 (gap 4) beats 1 (gap 6)
+    assert G.matched_gat_hidden(2, 1, 1) == 2
+    # k = 4, width 4: 4 * 26 / 16 = 6.5 exactly, a tie between 6 and 7: the smaller wins
+    assert G.matched_gat_hidden(4, 1, 4) == 6
+    assert (G.lookup_parameter_count("gatv2", 4, 4, 1)
+            - G.lookup_parameter_count("gat", 4, 6, 1)
+            == G.lookup_parameter_count("gat", 4, 7, 1)
+            - G.lookup_parameter_count("gatv2", 4, 4, 1))
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((4, 2, 0), ValueError, r"^gatv2_hidden must be positive, got 0$"),
+        ((4, 2, 1.5), TypeError, r"^gatv2_hidden must be an int, got float$"),
+        ((0, 2, 16), ValueError, r"^k must be positive, got 0$"),
+        ((4, 0, 16), ValueError, r"^heads must be positive, got 0$"),
+    ],
+)
+def test_matched_gat_hidden_names_bad_arguments(args, error, match):
+    with pytest.raises(error, match=match):
+        G.matched_gat_hidden(*args)
+
+
+def _lookup_run_by_hand(kind, k, heads, hidden, seed, steps, batch, lr):
+    """lookup_run written out from the pieces its docstring names."""
+    torch.manual_seed(seed)
+    model = G.LookupModel(kind, k, hidden=hidden, heads=heads)
+    losses = G.train_lookup(model, steps=steps, batch=batch, lr=lr, seed=seed)
+    probe = G.lookup_batch(k, 100, torch.Generator().manual_seed(7))
+    tail = losses[-50:] if steps > 50 else losses
+    return {
+        "kind": kind, "k": k, "heads": heads, "hidden": hidden, "seed": seed,
+        "steps": steps, "params": G.lookup_parameter_count(kind, k, hidden, heads),
+        "test_acc": G.lookup_accuracy(model, batch=200, seed=12345),
+        "loss_end": float(np.mean(tail)),
+        "agreement": [G.top_key_agreement(model, probe, head=m) for m in range(heads)],
+        "hit": [G.asked_key_hits(model, probe, head=m)[0] for m in range(heads)],
+    }
+
+
+@pytest.mark.parametrize(("kind", "steps"), [("gat", 3), ("gatv2", 3), ("gatv2", 53)])
+def test_lookup_run_against_the_pieces_it_names(kind, steps):
+    run = G.lookup_run(kind, 3, 2, 4, seed=5, steps=steps, batch=4, lr=0.02)
+    ref = _lookup_run_by_hand(kind, 3, 2, 4, 5, steps, 4, 0.02)
+    assert run.keys() == ref.keys()
+    loss_end = run.pop("loss_end")
+    assert loss_end == pytest.approx(ref.pop("loss_end"), abs=1e-12)
+    assert run == ref
+    if kind == "gat":  # static heads: the same top key for every query of a graph
+        assert run["agreement"] == [1.0, 1.0]
+
+
+def test_lookup_run_defaults_are_the_chapter_training(monkeypatch):
+    """steps 400, batch 32, lr 0.01: the arguments reach train_lookup (run for 2 steps)."""
+    seen = []
+    real = G.train_lookup
+
+    def short(model, **kwargs):
+        seen.append(kwargs)
+        return real(model, **{**kwargs, "steps": 2})
+
+    monkeypatch.setattr(G, "train_lookup", short)
+    run = G.lookup_run("gat", 2, 1, 2, seed=3)
+    assert seen == [{"steps": 400, "batch": 32, "lr": 0.01, "seed": 3}]
+    assert run["steps"] == 400
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (("gat", 3, 1, 2, 0), {"steps": 0}, ValueError, r"^steps must be positive, got 0$"),
+        (("mlp", 3, 1, 2, 0), {"steps": 1}, ValueError, r"^kind must be 'gat' or 'gatv2'"),
+        (("gat", 1, 1, 2, 0), {"steps": 1}, ValueError, r"^k must be at least 2"),
+    ],
+)
+def test_lookup_run_names_bad_arguments(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        G.lookup_run(*args, **kwargs)
