@@ -205,6 +205,15 @@ def test_ablation_accepts_any_integer_type_for_the_heads():
         pass
 
 
+def test_ablation_takes_the_heads_from_any_iterable_once():
+    """A generator is read once: validated and then used, the same heads as a list."""
+    m = _per_head()
+    x = randn(4, 2, 4, 6)
+    with torch.no_grad(), ablate_heads(m, (i for i in (0, 2))):
+        got = m(x, x, x)[0]
+    torch.testing.assert_close(got, _by_hand(m, x, [0, 2]), **F64)
+
+
 @pytest.mark.parametrize(("head", "shown"), [
     (1.0, "1.0 of type float"), ("1", "'1' of type str"),
     (np.float64(1.0), r"np\.float64\(1\.0\) of type float64")])
