@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -65,7 +66,8 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     if not bool(ok.all()):
         raise ValueError("each row of weights must sum to 1 (or be all zeros)")
     logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
-    return -(weights * logs).sum(-1)
+    # 0 - s, not -s: a one-hot or all-zero row gives +0.0, not -0.0
+    return 0.0 - (weights * logs).sum(-1)
 
 
 def offset_profile(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +119,8 @@ def ablate_heads(mha: nn.Module, heads: Sequence[int]) -> Iterator[nn.Module]:
 
     Args:
         mha: the module; it must have ``num_heads``, ``head_dim`` and ``out_proj``.
-        heads: indices in ``[0, num_heads)``; may be empty.
+        heads: indices in ``[0, num_heads)``, of any integer type (``int``, a NumPy integer,
+            anything ``operator.index`` accepts; not ``bool``); may be empty.
 
     Yields:
         ``mha``, whose forward passes inside the block run without those heads.
@@ -125,10 +128,19 @@ def ablate_heads(mha: nn.Module, heads: Sequence[int]) -> Iterator[nn.Module]:
     for name in ("num_heads", "head_dim", "out_proj"):
         if not hasattr(mha, name):
             raise TypeError(f"mha must be a multi-head attention module with {name!r}")
-    heads = list(heads)
+    indices = []
     for i in heads:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < mha.num_heads:
+        if isinstance(i, bool):
             raise ValueError(f"head indices must be ints in [0, {mha.num_heads}), got {i!r}")
+        try:
+            index = operator.index(i)
+        except TypeError:
+            raise TypeError(f"head indices must be integers, got {i!r} of type "
+                            f"{type(i).__name__}") from None
+        if not 0 <= index < mha.num_heads:
+            raise ValueError(f"head indices must be ints in [0, {mha.num_heads}), got {i!r}")
+        indices.append(index)
+    heads = indices
     keep = torch.ones(mha.num_heads, mha.head_dim)  # (h, d_head)
     keep[heads] = 0.0
     keep = keep.reshape(-1)  # (h, d_head) -> (h * d_head,), the concatenation's layout

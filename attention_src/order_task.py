@@ -74,7 +74,9 @@ class OrderSelfAttention(nn.Module):
     the readout sees only the attention output ``A V``, so the current token reaches it only
     through its own weight ``alpha_ii``.
 
-    ``forward(tokens: (B, L) int64) -> (logits: (B, L, V), weights: (B, L, L))``.
+    ``forward(tokens: (B, L) integer ids in [0, V)) -> (logits: (B, L, V), weights: (B, L, L))``;
+    ``forward`` raises ``TypeError`` for tokens that are not integers and ``ValueError`` for
+    ids outside ``[0, V)``, naming the first one.
     """
 
     def __init__(
@@ -101,10 +103,18 @@ class OrderSelfAttention(nn.Module):
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
             raise ValueError("tokens must be a (B, L) integer tensor")
+        if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
+            raise TypeError(f"tokens must hold integer ids, got dtype {tokens.dtype}")
         length = tokens.shape[1]
         if length > self.max_len:
             raise ValueError(f"sequence length {length} exceeds max_len {self.max_len}")
-        x = self.embed(tokens)  # (B, L, d)
+        vocab_size = self.embed.num_embeddings
+        bad = (tokens < 0) | (tokens >= vocab_size)  # (B, L)
+        if bool(bad.any()):
+            b, i = (int(j) for j in bad.nonzero()[0])
+            raise ValueError(f"token ids must lie in [0, {vocab_size}), got "
+                             f"{int(tokens[b, i])} at tokens[{b}, {i}]")
+        x = self.embed(tokens.long())  # (B, L, d); nn.Embedding takes int64 or int32 only
         if self.positions == "sinusoidal":
             x = x + self.pe[:length]  # (B, L, d) + (L, d)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, L, d) each

@@ -120,8 +120,12 @@ def apply_rotary(
 
     Args:
         x: ``(..., L, d)`` floating-point, ``d`` even.
-        positions: ``(L,)`` or ``(..., L)`` broadcastable to ``x.shape[:-1]``: the position of
-            each vector, integers or floats.
+        positions: the position of each vector, integers or floats: either ``(L,)``, shared
+            by every leading index of ``x``, or with one axis per axis of ``x.shape[:-1]``, each
+            of size 1 or equal to ``x``'s (for ``x`` of shape ``(B, h, L, d)`` and one row of
+            positions per sequence, ``(B, 1, L)``). Any other rank is rejected rather than
+            broadcast from the left, which would silently line ``(B, L)`` positions up with the
+            heads when ``B == h``.
         base: the ``10000`` of the frequencies; positive and finite.
 
     Returns:
@@ -140,15 +144,15 @@ def apply_rotary(
         raise TypeError(f"positions must hold integers or real numbers, got {positions.dtype}")
     if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
         raise ValueError(f"positions must be finite, got {positions.tolist()}")
-    target = tuple(x.shape[:-1])
+    target = tuple(x.shape[:-1])  # (..., L)
     shape = tuple(positions.shape)
-    fits = 1 <= len(shape) <= len(target) and shape[-1] == target[-1] and all(
+    fits = len(shape) in (1, len(target)) and shape[-1] == target[-1] and all(
         p in (1, t) for p, t in zip(reversed(shape), reversed(target), strict=False)
     )
     if not fits:
         raise ValueError(
-            f"positions of shape {shape} must end in L = {target[-1]} and broadcast to "
-            f"x.shape[:-1] = {target} (x has shape {tuple(x.shape)})"
+            f"positions of shape {shape} must be (L,) = ({target[-1]},) or have one axis per "
+            f"axis of x.shape[:-1] = {target}, each 1 or equal (x has shape {tuple(x.shape)})"
         )
     base = _check_base(base)
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)

@@ -187,6 +187,30 @@ def test_model_rejects_tokens_that_are_not_a_batch_of_sequences(bad):
         model(bad)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+def test_model_names_tokens_that_are_not_integers(dtype):
+    model = OrderSelfAttention(5, 4, max_len=8)
+    with pytest.raises(TypeError, match=rf"^tokens must hold integer ids, got dtype {dtype}$"):
+        model(torch.zeros(2, 3, dtype=dtype))
+
+
+@pytest.mark.parametrize(("bad", "where"), [(5, "0, 1"), (-1, "0, 1"), (100, "0, 1")])
+def test_model_names_the_first_token_id_outside_the_vocabulary(bad, where):
+    model = OrderSelfAttention(5, 4, max_len=8)
+    tokens = torch.tensor([[0, bad, 2], [1, 2, bad]])
+    with pytest.raises(ValueError, match=rf"^token ids must lie in \[0, 5\), got {bad} at "
+                                         rf"tokens\[{where}\]$"):
+        model(tokens)
+
+
+def test_model_accepts_every_id_of_the_vocabulary_and_any_integer_dtype():
+    model = OrderSelfAttention(5, 4, max_len=8)
+    tokens = torch.tensor([[0, 1, 2, 3, 4]])
+    logits, _ = model(tokens)
+    for dtype in (torch.int32, torch.uint8):
+        torch.testing.assert_close(model(tokens.to(dtype))[0], logits, atol=0, rtol=0)
+
+
 def test_model_position_table_is_a_non_persistent_buffer():
     """The sinusoidal table is fixed: it is a buffer (moves with .to/.double) that a
     state_dict does not store."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -188,6 +189,40 @@ def test_ablation_bad_input(module, heads, error, match):
         pass
 
 
+def test_ablation_accepts_any_integer_type_for_the_heads():
+    """NumPy integers and integer 0-d tensors (operator.index) silence the same heads as ints."""
+    m = _per_head()
+    x = randn(3, 2, 4, 6)
+    with torch.no_grad():
+        with ablate_heads(m, [np.int64(0), np.int32(2)]):
+            got = m(x, x, x)[0]
+        torch.testing.assert_close(got, _by_hand(m, x, [0, 2]), **F64)
+        with ablate_heads(m, (torch.tensor(1),)):
+            got = m(x, x, x)[0]
+        torch.testing.assert_close(got, _by_hand(m, x, [1]), **F64)
+    with pytest.raises(ValueError, match=r"^head indices must be ints in \[0, 3\), got "
+                                         r"np\.int64\(3\)$"), ablate_heads(m, [np.int64(3)]):
+        pass
+
+
+def test_ablation_takes_the_heads_from_any_iterable_once():
+    """A generator is read once: validated and then used, the same heads as a list."""
+    m = _per_head()
+    x = randn(4, 2, 4, 6)
+    with torch.no_grad(), ablate_heads(m, (i for i in (0, 2))):
+        got = m(x, x, x)[0]
+    torch.testing.assert_close(got, _by_hand(m, x, [0, 2]), **F64)
+
+
+@pytest.mark.parametrize(("head", "shown"), [
+    (1.0, "1.0 of type float"), ("1", "'1' of type str"),
+    (np.float64(1.0), r"np\.float64\(1\.0\) of type float64")])
+def test_ablation_names_a_head_index_that_is_not_an_integer(head, shown):
+    with pytest.raises(TypeError, match=rf"^head indices must be integers, got {shown}$"), \
+            ablate_heads(_per_head(), [head]):
+        pass
+
+
 # --- OffsetReader, offset_losses, train_offset_reader -------------------------------------------
 
 
@@ -295,6 +330,16 @@ def test_weights_errors_name_the_argument_and_the_problem(fn):
         with pytest.raises(ValueError, match=r"^weights must be finite and non-negative "
                                              r"\(attention weights\)$"):
             fn(torch.tensor(bad))
+
+
+def test_entropy_of_a_certain_or_masked_row_is_plus_zero():
+    """0 nats, and +0.0, not -0.0 (which prints as '-0.0' in a table)."""
+    w = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        h = attention_entropy(w.to(dtype))
+        assert h.tolist() == [0.0, 0.0, 0.0]
+        assert not bool(torch.signbit(h).any()), h
+        assert f"{float(h[0]):.3f}" == "0.000"
 
 
 def test_zero_weights_are_allowed_and_a_single_key_is_enough():

@@ -109,9 +109,9 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"last dimension of x must be even.*\(3, 5\)"):
         apply_rotary(x, torch.arange(3))
     x = randn(0, 3, 4)
-    with pytest.raises(ValueError, match=r"positions of shape \(4,\) must end in L = 3"):
+    with pytest.raises(ValueError, match=r"positions of shape \(4,\) must be \(L,\) = \(3,\)"):
         apply_rotary(x, torch.arange(4))
-    with pytest.raises(ValueError, match=r"positions of shape \(2, 3\) must end in L = 3"):
+    with pytest.raises(ValueError, match=r"positions of shape \(2, 3\) must be \(L,\) = \(3,\)"):
         apply_rotary(x, torch.zeros(2, 3))                # would enlarge x's batch shape
     with pytest.raises(TypeError, match="positions must be a torch.Tensor, got list"):
         apply_rotary(x, [0, 1, 2])
@@ -139,31 +139,52 @@ def test_positions_of_shape_one_by_L_broadcast_over_the_batch():
                                rtol=0)
     torch.testing.assert_close(apply_rotary(x, torch.arange(5).expand(4, 5)), shared, atol=0,
                                rtol=0)
-    x4 = randn(4, 2, 3, 5, 4)  # (2, 3, L=5, d=4) with (3, 5) positions: one row per middle index
-    pos = torch.arange(15).reshape(3, 5)
+    x4 = randn(4, 2, 3, 5, 4)  # (2, 3, L=5, d=4) with (1, 3, 5) positions: one row per middle index
+    pos = torch.arange(15).reshape(1, 3, 5)
     got = apply_rotary(x4, pos)
     for j in range(3):
-        torch.testing.assert_close(got[:, j], apply_rotary(x4[:, j], pos[j]), atol=0, rtol=0)
+        torch.testing.assert_close(got[:, j], apply_rotary(x4[:, j], pos[0, j]), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("shape", [(1, 5), (2, 3, 5), (4, 1, 5)])
-def test_positions_that_would_enlarge_x_are_rejected(shape):
-    """x is (2, 3, 5, 4): positions may drop or shrink leading axes, never add or change one."""
+def test_per_sequence_positions_for_heads_need_an_axis_for_the_heads():
+    """x of shape (B, h, L, d) with B == h: (B, L) positions, broadcast from the left, would be
+    lined up with the heads, not the sequences. They are rejected with both shapes named;
+    (B, 1, L) gives each sequence its own positions in every head."""
+    x = randn(5, 2, 2, 3, 4)  # (B=2, h=2, L=3, d=4)
+    pos = torch.tensor([[0, 1, 2], [10, 11, 12]])  # (B, L): one row per sequence
+    with pytest.raises(ValueError, match=r"^positions of shape \(2, 3\) must be \(L,\) = \(3,\) "
+                                         r"or have one axis per axis of x\.shape\[:-1\] = "
+                                         r"\(2, 2, 3\), each 1 or equal \(x has shape "
+                                         r"\(2, 2, 3, 4\)\)$"):
+        apply_rotary(x, pos)
+    got = apply_rotary(x, pos[:, None, :])  # (B, 1, L)
+    for b in range(2):
+        for r in range(2):
+            torch.testing.assert_close(got[b, r], apply_rotary(x[b, r], pos[b]), atol=0, rtol=0)
+    assert not torch.allclose(got[0, 0], apply_rotary(x[0, 0], pos[1]))
+
+
+@pytest.mark.parametrize("shape", [(5,), (1, 1, 5), (2, 1, 5), (1, 3, 5), (2, 3, 5), (1, 5),
+                                   (3, 5), (4, 1, 5), (1, 2, 3, 5), (2, 3, 4)])
+def test_positions_must_be_one_row_or_match_every_leading_axis(shape):
+    """x is (2, 3, 5, 4): positions are (L,), or of rank 3 with each axis 1 or x's; nothing is
+    broadcast from the left, and no axis is added or changed."""
     x = randn(0, 2, 3, 5, 4)
-    ok = shape in ((1, 5), (2, 3, 5))
-    if ok:
+    if shape in ((5,), (1, 1, 5), (2, 1, 5), (1, 3, 5), (2, 3, 5)):
         assert apply_rotary(x, torch.zeros(shape)).shape == x.shape
         return
-    with pytest.raises(ValueError, match=r"^positions of shape \(4, 1, 5\) must end in L = 5 "
-                                         r"and broadcast to x\.shape\[:-1\] = \(2, 3, 5\) "
-                                         r"\(x has shape \(2, 3, 5, 4\)\)$"):
+    text = ", ".join(str(n) for n in shape)
+    with pytest.raises(ValueError, match=rf"^positions of shape \({text}\) must be \(L,\) = "
+                                         r"\(5,\) or have one axis per axis of x\.shape\[:-1\] = "
+                                         r"\(2, 3, 5\), each 1 or equal \(x has shape "
+                                         r"\(2, 3, 5, 4\)\)$"):
         apply_rotary(x, torch.zeros(shape))
 
 
 def test_positions_with_too_many_axes_or_none_are_rejected():
     x = randn(0, 3, 4)
     for pos in (torch.zeros(1, 3), torch.tensor(2)):
-        with pytest.raises(ValueError, match=r"^positions of shape \(.*\) must end in L = 3"):
+        with pytest.raises(ValueError, match=r"^positions of shape \(.*\) must be \(L,\) = \(3,\)"):
             apply_rotary(x, pos)
 
 
