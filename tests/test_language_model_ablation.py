@@ -128,6 +128,22 @@ def test_own_logit_ranks_of_the_identity_are_one_and_of_minus_identity_are_last(
     assert own_logit_ranks(m).tolist() == [3, 1, 3]
 
 
+def test_a_low_rank_circuit_can_still_put_every_own_logit_on_top():
+    """Rank 2 on 6 tokens: the Gram matrix of 6 distinct unit vectors in the plane has its
+    largest entry of every row on the diagonal. Low rank alone does not forbid copying every
+    token, so a head's share of tokens copied has to be measured, not inferred."""
+    angles = torch.arange(6, dtype=torch.float64) * (2 * math.pi / 6)
+    a = torch.stack([angles.cos(), angles.sin()], dim=-1)  # (6, 2)
+    gram = a @ a.T  # (6, 6), rank 2
+    assert int(torch.linalg.matrix_rank(gram)) == 2
+    assert own_logit_ranks(gram).tolist() == [1] * 6
+    # rotate the read-out by 45 degrees: every token now favours the next one (at 15
+    # degrees) over itself (at 45), and itself over the rest
+    c = math.sqrt(0.5)
+    rotated = a @ torch.tensor([[c, c], [-c, c]], dtype=torch.float64) @ a.T
+    assert own_logit_ranks(rotated).tolist() == [2] * 6
+
+
 @pytest.mark.parametrize(
     ("circuit", "error", "match"),
     [
