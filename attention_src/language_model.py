@@ -21,9 +21,9 @@ layer 2 that attends to the token *after* an earlier copy of the current token a
   token whether reading a token raises its own logit most (the copying half of the
   definition of an induction head).
 * :func:`sequence_losses`, :func:`head_ablation_losses`, :func:`path_ablation_rises`,
-  :func:`mean_ablated_logits`: per-sequence losses on chosen targets, with heads
-  zero-ablated (together, one by one, all but one), removed from one input of layer 2, or
-  replaced by their mean output.
+  :func:`mean_ablated_logits`: per-sequence losses on chosen targets, with a layer's heads
+  zero-ablated (all, or all but one), one layer-1 head removed from one input of layer 2,
+  or heads replaced by their mean output.
 * :func:`train_language_model`: Adam on fresh batches, recording losses and head scores.
 """
 
@@ -344,13 +344,28 @@ def path_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
     logits_ok = model(tokens)  # validates tokens; (B, L, V)
     if not heads:
         return logits_ok
-    B, L = tokens.shape
+    x1, per_head, mask = _first_layer(model, tokens)
+    return _from_second_layer(model, x1, x1 - per_head[:, heads].sum(dim=1), paths, mask)
+
+
+def _first_layer(model: AttentionOnlyTransformer, tokens: torch.Tensor):
+    """The intact stream after layer 1, ``x1: (B, L, E)``, the layer-1 heads' outputs
+    ``(B, h, L, E)`` (each through its block of the output projection) and the causal mask."""
+    L = tokens.shape[1]
     mask = causal_mask(L).to(tokens.device)  # (L, L)
     x0 = model.embed(tokens) + model.pos_embed(torch.arange(L, device=tokens.device))
     first = model.layers[0]
     per_head = _head_outputs(first, x0, x0, x0, mask)  # (B, h, L, E)
     x1 = x0 + per_head.sum(dim=1) + first.out_proj.bias  # (B, L, E): the intact stream
-    x1_without = x1 - per_head[:, heads].sum(dim=1)  # (B, L, E)
+    return x1, per_head, mask
+
+
+def _from_second_layer(model: AttentionOnlyTransformer, x1: torch.Tensor,
+                       x1_without: torch.Tensor, paths: str,
+                       mask: torch.Tensor) -> torch.Tensor:
+    """Layer 2 reads ``x1_without`` (``(B, L, E)``) in the inputs named in ``paths`` and
+    ``x1`` in the others; the stream carries ``x1`` on; later layers run intact. Returns
+    the logits ``(B, L, V)``."""
     inputs = [x1_without if p in paths else x1 for p in "qkv"]
     second = model.layers[1]
     x = x1 + _head_outputs(second, *inputs, mask).sum(dim=1) + second.out_proj.bias
@@ -491,8 +506,7 @@ def sequence_losses(logits: torch.Tensor, tokens: torch.Tensor,
 
 def head_ablation_losses(model: AttentionOnlyTransformer, tokens: torch.Tensor,
                          targets: torch.Tensor, layer: int) -> dict[str, torch.Tensor]:
-    """Per-sequence losses with one layer's heads zero-ablated together, one by one, and all
-    but one.
+    """Per-sequence losses with one layer's heads zero-ablated: all of them, and all but one.
 
     A head is zero-ablated through the model's ``gates`` (its output times 0 before the
     output projection; the projection's bias stays). If the heads of ``layer`` were
@@ -509,8 +523,8 @@ def head_ablation_losses(model: AttentionOnlyTransformer, tokens: torch.Tensor,
     Returns:
         a dict of per-sequence mean losses on the targets (see :func:`sequence_losses`):
         ``"intact"`` ``(B,)``; ``"none"`` ``(B,)``, every head of ``layer`` off; ``"only"``
-        ``(h, B)``, row ``r`` with head ``r`` the only one of ``layer`` on; ``"without"``
-        ``(h, B)``, row ``r`` with head ``r`` alone off. Every other layer stays intact.
+        ``(h, B)``, row ``r`` with head ``r`` the only one of ``layer`` on. Every other layer
+        stays intact. (A single head off is ``model(tokens, gates=...)`` with one zero.)
     """
     _check_layer(model, layer)
     _check_tokens(tokens, model.vocab_size)
@@ -525,15 +539,13 @@ def head_ablation_losses(model: AttentionOnlyTransformer, tokens: torch.Tensor,
 
     none = ones.clone()
     none[layer] = 0.0
-    only, without = [], []
+    only = []
     for r in range(h):
-        g_only, g_without = none.clone(), ones.clone()
+        g_only = none.clone()
         g_only[layer, r] = 1.0
-        g_without[layer, r] = 0.0
         only.append(loss(g_only))
-        without.append(loss(g_without))
-    return {"intact": loss(ones), "none": loss(none), "only": torch.stack(only),
-            "without": torch.stack(without)}  # (B,), (B,), (h, B), (h, B)
+    return {"intact": loss(ones), "none": loss(none),
+            "only": torch.stack(only)}  # (B,), (B,), (h, B)
 
 
 def path_ablation_rises(model: AttentionOnlyTransformer, tokens: torch.Tensor,
@@ -559,12 +571,18 @@ def path_ablation_rises(model: AttentionOnlyTransformer, tokens: torch.Tensor,
     """
     if not isinstance(model, AttentionOnlyTransformer):
         raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    if model.num_layers < 2:
+        raise ValueError(f"path ablation needs at least 2 layers, got {model.num_layers}")
     _check_tokens(tokens, model.vocab_size)
     _check_targets(targets, tokens)
     with torch.no_grad():
-        intact = sequence_losses(model(tokens), tokens, targets)  # (B,)
-        rises = [[sequence_losses(path_ablated_logits(model, tokens, [r], p), tokens, targets)
-                  - intact for p in "qkv"] for r in range(model.num_heads)]
+        intact = sequence_losses(model(tokens), tokens, targets)  # (B,); checks the length
+        # layer 1 once; then, per head and input, layer 2 onwards (path_ablated_logits
+        # with one head, without recomputing what does not change)
+        x1, per_head, mask = _first_layer(model, tokens)
+        rises = [[sequence_losses(_from_second_layer(model, x1, x1 - per_head[:, r], p, mask),
+                                  tokens, targets) - intact for p in "qkv"]
+                 for r in range(model.num_heads)]
     return torch.stack([torch.stack(row) for row in rises])  # (h, 3, B)
 
 
@@ -607,10 +625,11 @@ def mean_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
                              f"[0, {model.num_layers}) x [0, {model.num_heads}), got {pairs}")
     if len(set(pairs)) != len(pairs):
         raise ValueError(f"heads must not repeat, got {pairs}")
-    logits = model(tokens)  # validates the length; (B, L, V)
     if not pairs:
-        return logits
+        return model(tokens)  # (B, L, V)
     L = tokens.shape[1]
+    if not 1 <= L <= model.max_len:
+        raise ValueError(f"sequence length {L} must lie in [1, max_len = {model.max_len}]")
     mask = causal_mask(L).to(tokens.device)  # (L, L)
     positions = torch.arange(L, device=tokens.device)  # (L,)
 

@@ -28,6 +28,7 @@ from attention_src.language_model import (
     ov_circuits,
     ov_copying_score,
     own_logit_ranks,
+    path_ablated_logits,
     path_ablation_rises,
     sequence_losses,
 )
@@ -243,8 +244,8 @@ def test_head_ablation_losses_equal_models_with_zeroed_output_columns(layer):
     targets[:, 3:] = True
     targets[1, 0] = True
     got = head_ablation_losses(model, tokens, targets, layer)
-    assert set(got) == {"intact", "none", "only", "without"}
-    assert got["only"].shape == got["without"].shape == (3, 3)
+    assert set(got) == {"intact", "none", "only"}
+    assert got["only"].shape == (3, 3)
     allclose = dict(TOL[torch.float64])
     assert torch.allclose(got["intact"], _loss_by_hand(model, tokens, targets), **allclose)
     assert torch.allclose(got["none"], _loss_by_hand(_zero_columns(model, layer, [0, 1, 2]),
@@ -253,20 +254,20 @@ def test_head_ablation_losses_equal_models_with_zeroed_output_columns(layer):
         others = [i for i in range(3) if i != r]
         assert torch.allclose(got["only"][r], _loss_by_hand(
             _zero_columns(model, layer, others), tokens, targets), **allclose)
-        assert torch.allclose(got["without"][r], _loss_by_hand(
-            _zero_columns(model, layer, [r]), tokens, targets), **allclose)
-    # the four kinds of ablation differ from one another on this model
+    # the kinds of ablation differ from one another on this model
     assert float((got["none"] - got["intact"]).abs().max()) > 1e-3
-    assert float((got["only"][0] - got["without"][0]).abs().max()) > 1e-3
+    assert float((got["only"][0] - got["only"][1]).abs().max()) > 1e-3
+    assert float((got["only"][0] - got["none"]).abs().max()) > 1e-3
 
 
-def test_head_ablation_losses_with_one_head_keep_it_as_intact_and_drop_it_as_none():
+def test_head_ablation_losses_with_one_head_keep_it_as_intact():
     model = _model(heads=1, embed=6).eval()
     tokens = _tokens(23, 2, 6, 11)
     targets = torch.ones(2, 5, dtype=torch.bool)
     got = head_ablation_losses(model, tokens, targets, 1)
+    assert got["only"].shape == (1, 2)
     assert torch.equal(got["only"][0], got["intact"])
-    assert torch.equal(got["without"][0], got["none"])
+    assert float((got["none"] - got["intact"]).abs().max()) > 1e-3
 
 
 def test_head_ablation_losses_name_their_bad_arguments():
@@ -309,6 +310,23 @@ def test_path_ablation_rises_equal_the_head_by_head_reference():
                 expected = by_hand(_reference_path_ablation(model, tokens, [r], p)) - intact
                 assert torch.allclose(got[r, k], expected, **TOL[torch.float64]), (r, p)
     assert float(got.abs().max()) > 1e-3
+
+
+def test_path_ablation_rises_in_a_deeper_model_equal_path_ablated_logits():
+    """Three layers, random biases: each rise equals the loss of ``path_ablated_logits``
+    (tested against PyTorch's layers in test_language_model) minus the intact loss."""
+    model = _with_random_biases(_model(layers=3), 33).eval()
+    tokens = _tokens(34, 3, 9, 11)
+    targets = torch.zeros(3, 8, dtype=torch.bool)
+    targets[:, 2:] = True
+    got = path_ablation_rises(model, tokens, targets)
+    with torch.no_grad():
+        intact = sequence_losses(model(tokens), tokens, targets)
+        for r in range(3):
+            for k, p in enumerate("qkv"):
+                logits = path_ablated_logits(model, tokens, [r], p)
+                expected = sequence_losses(logits, tokens, targets) - intact
+                assert torch.allclose(got[r, k], expected, **TOL[torch.float64]), (r, p)
 
 
 def test_path_ablation_rises_name_their_bad_arguments():
@@ -435,5 +453,15 @@ def test_mean_ablation_names_its_bad_arguments():
         mean_ablated_logits(model, tokens, [(0, 1)], torch.zeros(0, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 11\)"):
         mean_ablated_logits(model, tokens, [(0, 1)], torch.full((2, 4), 11))
-    # the extreme valid pair, and a single reference sequence
+    long = torch.zeros(1, 10, dtype=torch.long)  # max_len = 9
+    with pytest.raises(ValueError, match=r"^sequence length 10 must lie in \[1, max_len = 9\]$"):
+        mean_ablated_logits(model, long, [(0, 1)], long)
+    empty = torch.zeros(1, 0, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^sequence length 0 must lie in \[1, max_len = 9\]$"):
+        mean_ablated_logits(model, empty, [(0, 1)], empty)
+    # the extreme valid pair and lengths, and a single reference sequence
     assert mean_ablated_logits(model, tokens, [(1, 2)], tokens[:1]).shape == (2, 4, 11)
+    full = _tokens(32, 2, 9, 11)
+    assert mean_ablated_logits(model, full, [(0, 0)], full).shape == (2, 9, 11)
+    one = full[:, :1]
+    assert mean_ablated_logits(model, one, [(0, 0)], one).shape == (2, 1, 11)

@@ -21,7 +21,7 @@ and after 6,000. For each seed and budget it measures, on the chapter's evaluati
 * the repeated tokens' loss with all layer-2 heads off and with only one of them on
   (``head_ablation_losses``).
 
-It saves ``book/data/ch06_seeds.pt`` (about 180 kB): per seed, the loss curves every 50
+It saves ``book/data/ch06_seeds.pt`` (about 210 kB): per seed, the loss curves every 50
 steps to step 6,000, the summaries at both budgets and ``check_loss`` (the 3,000-step
 weights' mean next-token loss on the evaluation batch); and the 3,000-step weights of seed
 ``SHOW_SEED`` (8), from which the notebook recomputes that seed's summary live.
