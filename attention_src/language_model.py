@@ -460,7 +460,7 @@ def own_logit_ranks(circuit: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(..., V)`` int64 ranks in ``[1, V]``.
     """
-    check_tensor("circuit", circuit, min_rank=2)
+    check_tensor("circuit", circuit)  # floating, at least 2 axes
     if circuit.shape[-1] != circuit.shape[-2]:
         raise ValueError(f"circuit must be square in its last two axes (..., V, V), got shape "
                          f"{tuple(circuit.shape)}")
@@ -527,24 +527,22 @@ def head_ablation_losses(model: AttentionOnlyTransformer, tokens: torch.Tensor,
         stays intact. (A single head off is ``model(tokens, gates=...)`` with one zero.)
     """
     _check_layer(model, layer)
-    _check_tokens(tokens, model.vocab_size)
+    _check_tokens(tokens)  # the model checks the ids against its vocabulary
     _check_targets(targets, tokens)
     h = model.num_heads
-    dtype = model.embed.weight.dtype
-    ones = torch.ones(model.num_layers, h, dtype=dtype, device=tokens.device)  # (layers, h)
 
-    def loss(gates: torch.Tensor) -> torch.Tensor:  # gates: (layers, h) -> (B,)
-        with torch.no_grad():
+    def loss(gates: torch.Tensor | None) -> torch.Tensor:  # gates: (layers, h) -> (B,)
+        with torch.no_grad():  # gates of 0 and 1 are exact in any float dtype
             return sequence_losses(model(tokens, gates=gates), tokens, targets)
 
-    none = ones.clone()
+    none = torch.ones(model.num_layers, h, device=tokens.device)  # (layers, h)
     none[layer] = 0.0
     only = []
     for r in range(h):
         g_only = none.clone()
         g_only[layer, r] = 1.0
         only.append(loss(g_only))
-    return {"intact": loss(ones), "none": loss(none),
+    return {"intact": loss(None), "none": loss(none),
             "only": torch.stack(only)}  # (B,), (B,), (h, B)
 
 
@@ -573,7 +571,7 @@ def path_ablation_rises(model: AttentionOnlyTransformer, tokens: torch.Tensor,
         raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
     if model.num_layers < 2:
         raise ValueError(f"path ablation needs at least 2 layers, got {model.num_layers}")
-    _check_tokens(tokens, model.vocab_size)
+    _check_tokens(tokens)  # the intact forward pass checks the ids against the vocabulary
     _check_targets(targets, tokens)
     with torch.no_grad():
         intact = sequence_losses(model(tokens), tokens, targets)  # (B,); checks the length

@@ -150,6 +150,8 @@ def test_a_low_rank_circuit_can_still_put_every_own_logit_on_top():
     [
         (torch.ones(3, 4), ValueError, r"^circuit must be square in its last two axes "
                                        r"\(\.\.\., V, V\), got shape \(3, 4\)$"),
+        (torch.ones(2, 3, 4), ValueError, r"^circuit must be square in its last two axes "
+                                          r"\(\.\.\., V, V\), got shape \(2, 3, 4\)$"),
         (torch.ones(3), ValueError, r"^circuit must have at least 2 dimensions"),
         (torch.ones(2, 2, dtype=torch.long), TypeError, r"^circuit must be a floating-point"),
         ([[1.0]], TypeError, r"^circuit must be a torch\.Tensor"),
@@ -204,7 +206,8 @@ def test_sequence_losses_name_bad_targets():
         sequence_losses(logits, tokens, torch.ones(2, 4, dtype=torch.bool))
     empty_row = torch.ones(2, 3, dtype=torch.bool)
     empty_row[1] = False
-    with pytest.raises(ValueError, match=r"^every sequence needs at least one target"):
+    with pytest.raises(ValueError, match=r"^every sequence needs at least one target \(a True "
+                                         r"in its row\)$"):
         sequence_losses(logits, tokens, empty_row)
     # one target per row, at either end, is enough
     one = torch.zeros(2, 3, dtype=torch.bool)
@@ -335,6 +338,9 @@ def test_path_ablation_rises_name_their_bad_arguments():
     with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer, got "
                                         r"NoneType$"):
         path_ablation_rises(None, tokens, targets)
+    with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer, got "
+                                        r"Linear$"):
+        path_ablation_rises(torch.nn.Linear(2, 2), tokens, targets)
     with pytest.raises(ValueError, match=r"^path ablation needs at least 2 layers, got 1$"):
         path_ablation_rises(_model(layers=1), tokens, targets)
     with pytest.raises(TypeError, match=r"^targets must be a bool tensor"):
@@ -437,8 +443,14 @@ def test_mean_ablation_differs_from_zero_ablation_by_the_mean_through_w_o():
 def test_mean_ablation_names_its_bad_arguments():
     model = _model()
     tokens = torch.zeros(2, 4, dtype=torch.long)
-    with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer"):
-        mean_ablated_logits(None, tokens, [(0, 0)], tokens)
+    with pytest.raises(TypeError, match=r"^model must be an AttentionOnlyTransformer, got "
+                                        r"Linear$"):
+        mean_ablated_logits(torch.nn.Linear(2, 2), tokens, [(0, 0)], tokens)
+    with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 11\), got values from 0 "
+                                         r"to 11$"):
+        bad = tokens.clone()
+        bad[1, 2] = 11
+        mean_ablated_logits(model, bad, [(0, 0)], tokens)
     for heads in ([(0, 3)], [(2, 0)], [(0,)], [0], [(True, 0)], [(0, 1.0)], [[0, 1]]):
         with pytest.raises(ValueError, match=r"^heads must be \(layer, head\) pairs of ints in "
                                              r"\[0, 2\) x \[0, 3\), got "
