@@ -16,8 +16,14 @@ layer 2 that attends to the token *after* an earlier copy of the current token a
 * :func:`next_token_losses`: the per-position cross-entropy of next-token prediction.
 * :func:`path_ablated_logits`: the logits when chosen layer-1 heads are removed from only the
   query, key or value input of layer 2 (which path a head's output acts through).
-* :func:`ov_copying_score`: how much each head's OV circuit raises the logit of the token it
-  attends to (the copying half of the definition of an induction head).
+* :func:`ov_circuits`: each head's OV circuit from tokens to logits, ``W_E W_v W_o W_U``;
+  :func:`ov_copying_score` summarises its eigenvalues, :func:`own_logit_ranks` asks token by
+  token whether reading a token raises its own logit most (the copying half of the
+  definition of an induction head).
+* :func:`sequence_losses`, :func:`head_ablation_losses`, :func:`path_ablation_rises`,
+  :func:`mean_ablated_logits`: per-sequence losses on chosen targets, with a layer's heads
+  zero-ablated (all, or all but one), one layer-1 head removed from one input of layer 2,
+  or heads replaced by their mean output.
 * :func:`train_language_model`: Adam on fresh batches, recording losses and head scores.
 """
 
@@ -41,7 +47,13 @@ __all__ = [
     "duplicate_token_score",
     "next_token_losses",
     "path_ablated_logits",
+    "ov_circuits",
     "ov_copying_score",
+    "own_logit_ranks",
+    "sequence_losses",
+    "head_ablation_losses",
+    "path_ablation_rises",
+    "mean_ablated_logits",
     "train_language_model",
 ]
 
@@ -332,13 +344,28 @@ def path_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
     logits_ok = model(tokens)  # validates tokens; (B, L, V)
     if not heads:
         return logits_ok
-    B, L = tokens.shape
+    x1, per_head, mask = _first_layer(model, tokens)
+    return _from_second_layer(model, x1, x1 - per_head[:, heads].sum(dim=1), paths, mask)
+
+
+def _first_layer(model: AttentionOnlyTransformer, tokens: torch.Tensor):
+    """The intact stream after layer 1, ``x1: (B, L, E)``, the layer-1 heads' outputs
+    ``(B, h, L, E)`` (each through its block of the output projection) and the causal mask."""
+    L = tokens.shape[1]
     mask = causal_mask(L).to(tokens.device)  # (L, L)
     x0 = model.embed(tokens) + model.pos_embed(torch.arange(L, device=tokens.device))
     first = model.layers[0]
     per_head = _head_outputs(first, x0, x0, x0, mask)  # (B, h, L, E)
     x1 = x0 + per_head.sum(dim=1) + first.out_proj.bias  # (B, L, E): the intact stream
-    x1_without = x1 - per_head[:, heads].sum(dim=1)  # (B, L, E)
+    return x1, per_head, mask
+
+
+def _from_second_layer(model: AttentionOnlyTransformer, x1: torch.Tensor,
+                       x1_without: torch.Tensor, paths: str,
+                       mask: torch.Tensor) -> torch.Tensor:
+    """Layer 2 reads ``x1_without`` (``(B, L, E)``) in the inputs named in ``paths`` and
+    ``x1`` in the others; the stream carries ``x1`` on; later layers run intact. Returns
+    the logits ``(B, L, V)``."""
     inputs = [x1_without if p in paths else x1 for p in "qkv"]
     second = model.layers[1]
     x = x1 + _head_outputs(second, *inputs, mask).sum(dim=1) + second.out_proj.bias
@@ -348,19 +375,60 @@ def path_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
     return model.unembed(x)  # (B, L, V)
 
 
-def ov_copying_score(model: AttentionOnlyTransformer, layer: int) -> torch.Tensor:
-    """Eigenvalue positivity of each head's OV circuit from tokens to logits.
+def _check_layer(model: object, layer: object) -> None:
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not (
+            0 <= layer < model.num_layers):
+        raise ValueError(f"layer must be an int in [0, {model.num_layers}), got {layer!r}")
 
-    With the book's row vectors, a head that attends to a position holding token ``t`` adds
-    ``e_t W_v^{(i)} W_o^{(i)}`` to the residual stream (``e_t``: row ``t`` of the token
-    embedding; ``W_v^{(i)}``, ``W_o^{(i)}``: the head's blocks of the value and output
-    projections; biases left out) and so ``e_t W_v^{(i)} W_o^{(i)} W_U`` to the logits. The
-    ``(V, V)`` matrix ``M = W_E W_v^{(i)} W_o^{(i)} W_U`` (``W_E``: the ``(V, E)`` embedding)
-    holds, in row ``t``, what attending to ``t`` does to every logit. A head that *copies*
-    raises the logit of the token it attends to; then ``M``'s eigenvalues are mostly positive.
-    The score is ``sum_k Re(lambda_k) / sum_k |lambda_k|`` over ``M``'s eigenvalues: 1 for a
-    pure copier (``M`` a positive multiple of the identity), -1 for a head that suppresses
-    the token it reads, near 0 for a random map. Computed in float64.
+
+def ov_circuits(model: AttentionOnlyTransformer, layer: int) -> torch.Tensor:
+    """Each head's OV circuit from tokens to logits, ``W_E W_v^{(r)} W_o^{(r)} W_U``.
+
+    With the book's row vectors, a head ``r`` that attends to a position holding token ``t``
+    adds ``e_t W_v^{(r)} W_o^{(r)}`` to the residual stream (``e_t``: row ``t`` of the token
+    embedding ``W_E``; ``W_v^{(r)}``: the head's ``(E, d_head)`` block of columns of the value
+    projection; ``W_o^{(r)}``: its ``(d_head, E)`` block of rows of the output projection)
+    and so ``e_t W_v^{(r)} W_o^{(r)} W_U`` to the logits. Row ``t`` of the head's matrix is
+    that change of every logit. Biases, the position embedding and the earlier layers'
+    contributions to the value are left out (the *direct* token path). Each matrix has rank
+    at most ``d_head``. Computed in float64.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer`.
+        layer: index of the layer, ``0 <= layer < num_layers``.
+
+    Returns:
+        ``(h, V, V)`` float64: entry ``[r, t, u]`` is how much attending to token ``t`` with
+        head ``r`` (weight 1) raises the logit of token ``u``.
+    """
+    _check_layer(model, layer)
+    lay = model.layers[layer]
+    h = model.num_heads
+    d = model.embed_dim // h
+    with torch.no_grad():
+        w_e = model.embed.weight.double()  # (V, E)
+        w_u = model.unembed.weight.double().T  # (E, V)
+        # x W_v with W_v = weight^T: (E, E) -> (E, h, d), column block r is head r
+        w_v = lay.v_proj.weight.double().T.reshape(-1, h, d)
+        # concat W_o with W_o = weight^T: (E, E) -> (h, d, E), row block r is head r
+        w_o = lay.out_proj.weight.double().T.reshape(h, d, -1)
+        # (V, E)(E, h, d) -> (h, V, d); then (h, V, d)(h, d, E) -> (h, V, E); then @ (E, V)
+        return torch.einsum("ve,ehd->hvd", w_e, w_v) @ w_o @ w_u
+
+
+def ov_copying_score(model: AttentionOnlyTransformer, layer: int) -> torch.Tensor:
+    """Eigenvalue positivity of each head's OV circuit (:func:`ov_circuits`).
+
+    The score of a ``(V, V)`` circuit ``M`` is ``sum_k Re(lambda_k) / sum_k |lambda_k|``
+    over its eigenvalues: 1 when every non-zero eigenvalue is real and positive, -1 when
+    every one is real and negative, near 0 for a random map. It is the summary
+    Elhage et al. (2021) use for copying, and it is *not* a test that the head copies every
+    token: ``M`` has rank at most ``d_head``, so at least ``V - d_head`` eigenvalues are 0,
+    and a map that raises the logit of the token it reads only within a subspace of
+    ``d_head`` tokens' directions (a positive semi-definite ``M`` of low rank, say) scores 1
+    too. :func:`own_logit_ranks` asks the direct question, token by token.
 
     Args:
         model: an :class:`AttentionOnlyTransformer`.
@@ -369,26 +437,219 @@ def ov_copying_score(model: AttentionOnlyTransformer, layer: int) -> torch.Tenso
     Returns:
         ``(h,)`` float64 scores in ``[-1, 1]``.
     """
+    eig = torch.linalg.eigvals(ov_circuits(model, layer))  # (h, V) complex
+    return eig.real.sum(-1) / eig.abs().sum(-1)
+
+
+def own_logit_ranks(circuit: torch.Tensor) -> torch.Tensor:
+    """Rank of each token's own logit in its row of an OV circuit: 1 when it is the largest.
+
+    For row ``t`` of ``circuit`` (what attending to token ``t`` adds to every logit) the rank
+    is ``1 + #{u : circuit[..., t, u] > circuit[..., t, t]}``: 1 when attending to ``t``
+    raises the logit of ``t`` at least as much as any other token's (a tie counts as the
+    largest), ``V`` when it raises every other logit more. The share of ranks equal to 1 is
+    the share of tokens the circuit copies in the strict sense: after reading them it
+    favours them over every other token. Pass one head's ``(V, V)`` matrix, all heads'
+    ``(h, V, V)`` (one rank per head and token), or a sum over heads (several heads that
+    attend to the same token with weight 1 each).
+
+    Args:
+        circuit: ``(..., V, V)`` finite floating tensor, rows = the token read, columns = the
+            logit raised.
+
+    Returns:
+        ``(..., V)`` int64 ranks in ``[1, V]``.
+    """
+    check_tensor("circuit", circuit)  # floating, at least 2 axes
+    if circuit.shape[-1] != circuit.shape[-2]:
+        raise ValueError(f"circuit must be square in its last two axes (..., V, V), got shape "
+                         f"{tuple(circuit.shape)}")
+    if not bool(torch.isfinite(circuit).all()):
+        raise ValueError("circuit must be finite (no NaN or infinity)")
+    own = torch.diagonal(circuit, dim1=-2, dim2=-1)  # (..., V): entry t is circuit[t, t]
+    return 1 + (circuit > own.unsqueeze(-1)).sum(-1)  # (..., V, V) > (..., V, 1) -> (..., V)
+
+
+def _check_targets(targets: object, tokens: torch.Tensor) -> torch.Tensor:
+    B, L = tokens.shape
+    if not isinstance(targets, torch.Tensor) or targets.dtype != torch.bool:
+        raise TypeError(f"targets must be a bool tensor, got "
+                        f"{getattr(targets, 'dtype', type(targets).__name__)}")
+    if tuple(targets.shape) != (B, L - 1):
+        raise ValueError(f"targets must be (B, L - 1) = {(B, L - 1)} for tokens {(B, L)}, "
+                         f"got shape {tuple(targets.shape)}")
+    if not bool(targets.any(-1).all()):
+        raise ValueError("every sequence needs at least one target (a True in its row)")
+    return targets
+
+
+def sequence_losses(logits: torch.Tensor, tokens: torch.Tensor,
+                    targets: torch.Tensor) -> torch.Tensor:
+    """Each sequence's mean next-token loss over chosen targets.
+
+    The tokens of one sequence are not independent samples; one number per sequence is what a
+    standard error over sequences (:func:`attention_src.stats.mean_se`) needs.
+
+    Args:
+        logits: ``(B, L, V)``.
+        tokens: ``(B, L)`` int64.
+        targets: ``(B, L - 1)`` bool; ``targets[b, t]`` selects the loss on token ``t + 1``
+            (as in :func:`next_token_losses`); every row needs at least one ``True``.
+
+    Returns:
+        ``(B,)``: sequence ``b``'s mean of ``next_token_losses`` over its targets.
+    """
+    losses = next_token_losses(logits, tokens)  # (B, L - 1); checks logits and tokens
+    chosen = _check_targets(targets, tokens).to(losses.dtype)  # (B, L - 1)
+    return (losses * chosen).sum(-1) / chosen.sum(-1)
+
+
+def head_ablation_losses(model: AttentionOnlyTransformer, tokens: torch.Tensor,
+                         targets: torch.Tensor, layer: int) -> dict[str, torch.Tensor]:
+    """Per-sequence losses with one layer's heads zero-ablated: all of them, and all but one.
+
+    A head is zero-ablated through the model's ``gates`` (its output times 0 before the
+    output projection; the projection's bias stays). If the heads of ``layer`` were
+    *redundant* (each able to do the job alone), keeping any one of them would recover most
+    of the loss the layer's heads buy together; if they are *additive*, keeping head ``r``
+    alone recovers about its share, and the shares sum to about 1.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer`.
+        tokens: ``(B, L)`` int64.
+        targets: ``(B, L - 1)`` bool, as in :func:`sequence_losses`.
+        layer: the layer whose heads are ablated, ``0 <= layer < num_layers``.
+
+    Returns:
+        a dict of per-sequence mean losses on the targets (see :func:`sequence_losses`):
+        ``"intact"`` ``(B,)``; ``"none"`` ``(B,)``, every head of ``layer`` off; ``"only"``
+        ``(h, B)``, row ``r`` with head ``r`` the only one of ``layer`` on. Every other layer
+        stays intact. (A single head off is ``model(tokens, gates=...)`` with one zero.)
+    """
+    _check_layer(model, layer)
+    _check_tokens(tokens)  # the model checks the ids against its vocabulary
+    _check_targets(targets, tokens)
+    h = model.num_heads
+
+    def loss(gates: torch.Tensor | None) -> torch.Tensor:  # gates: (layers, h) -> (B,)
+        with torch.no_grad():  # gates of 0 and 1 are exact in any float dtype
+            return sequence_losses(model(tokens, gates=gates), tokens, targets)
+
+    none = torch.ones(model.num_layers, h, device=tokens.device)  # (layers, h)
+    none[layer] = 0.0
+    only = []
+    for r in range(h):
+        g_only = none.clone()
+        g_only[layer, r] = 1.0
+        only.append(loss(g_only))
+    return {"intact": loss(None), "none": loss(none),
+            "only": torch.stack(only)}  # (B,), (B,), (h, B)
+
+
+def path_ablation_rises(model: AttentionOnlyTransformer, tokens: torch.Tensor,
+                        targets: torch.Tensor) -> torch.Tensor:
+    """Rise in each sequence's target loss when one layer-1 head leaves one input of layer 2.
+
+    For each layer-1 head ``r`` and each input ``p`` of layer 2 (queries, keys, values),
+    :func:`path_ablated_logits` removes head ``r`` from input ``p`` alone; the rise is the
+    per-sequence loss (:func:`sequence_losses`) minus the intact model's, paired sequence by
+    sequence. A large rise at ``p = "q"`` says head ``r`` acts through layer 2's queries
+    (Q-composition), at ``"k"`` through its keys (K-composition); a *negative* rise says
+    the model does better without the head on that path.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer` with at least 2 layers.
+        tokens: ``(B, L)`` int64.
+        targets: ``(B, L - 1)`` bool, as in :func:`sequence_losses`.
+
+    Returns:
+        ``(h, 3, B)``: entry ``[r, p, b]`` for head ``r``, path ``p`` in the order
+        ``q, k, v``, sequence ``b``; :func:`attention_src.stats.mean_se` over the last axis
+        gives each mean rise and its standard error.
+    """
     if not isinstance(model, AttentionOnlyTransformer):
         raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
-    if isinstance(layer, bool) or not isinstance(layer, int) or not (
-            0 <= layer < model.num_layers):
-        raise ValueError(f"layer must be an int in [0, {model.num_layers}), got {layer!r}")
-    lay = model.layers[layer]
-    h = model.num_heads
-    d = model.embed_dim // h
+    if model.num_layers < 2:
+        raise ValueError(f"path ablation needs at least 2 layers, got {model.num_layers}")
+    _check_tokens(tokens)  # the intact forward pass checks the ids against the vocabulary
+    _check_targets(targets, tokens)
     with torch.no_grad():
-        w_e = model.embed.weight.double()  # (V, E)
-        w_u = model.unembed.weight.double().T  # (E, V)
-        w_v = lay.v_proj.weight.double().T  # (E, E): x W_v, column block i is head i
-        w_o = lay.out_proj.weight.double().T  # (E, E): row block i is head i
-        scores = []
-        for i in range(h):
-            block = slice(i * d, (i + 1) * d)
-            m = w_e @ w_v[:, block] @ w_o[block] @ w_u  # (V, E)(E, d)(d, E)(E, V) = (V, V)
-            eig = torch.linalg.eigvals(m)  # (V,) complex
-            scores.append(eig.real.sum() / eig.abs().sum())
-    return torch.stack(scores)
+        intact = sequence_losses(model(tokens), tokens, targets)  # (B,); checks the length
+        # layer 1 once; then, per head and input, layer 2 onwards (path_ablated_logits
+        # with one head, without recomputing what does not change)
+        x1, per_head, mask = _first_layer(model, tokens)
+        rises = [[sequence_losses(_from_second_layer(model, x1, x1 - per_head[:, r], p, mask),
+                                  tokens, targets) - intact for p in "qkv"]
+                 for r in range(model.num_heads)]
+    return torch.stack([torch.stack(row) for row in rises])  # (h, 3, B)
+
+
+def mean_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
+                        heads: list[tuple[int, int]] | tuple[tuple[int, int], ...],
+                        reference: torch.Tensor) -> torch.Tensor:
+    """Logits with chosen heads *mean-ablated*: each one's output replaced by its mean.
+
+    Zero-ablation (``gates``) sets a head's output to 0, a value it may never take, so the
+    later layers see a residual stream unlike any in training and the loss may rise for that
+    reason alone. Mean-ablation replaces head ``(layer, r)``'s contribution to the residual
+    stream (its output through its block of the output projection) at position ``i`` by the
+    mean of that contribution over the sequences of ``reference`` at position ``i``, in the
+    intact model: what the head writes on average, without what it writes for *this*
+    sequence.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer`.
+        tokens: ``(B, L)`` int64.
+        heads: ``(layer, head)`` pairs, no repeats (may be empty).
+        reference: ``(B_r, L)`` int64 sequences whose mean output replaces the heads',
+            ``B_r >= 1``, the same ``L`` as ``tokens``.
+
+    Returns:
+        logits ``(B, L, V)``; with ``heads = []`` they equal ``model(tokens)``.
+    """
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    _check_tokens(tokens, model.vocab_size)
+    _check_tokens(reference, model.vocab_size)
+    if reference.shape[1] != tokens.shape[1] or reference.shape[0] == 0:
+        raise ValueError(f"reference (B_r, L) must have B_r >= 1 and the L of tokens "
+                         f"{tuple(tokens.shape)}, got shape {tuple(reference.shape)}")
+    pairs = list(heads)
+    for pair in pairs:
+        if (not isinstance(pair, tuple) or len(pair) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in pair)
+                or not 0 <= pair[0] < model.num_layers or not 0 <= pair[1] < model.num_heads):
+            raise ValueError(f"heads must be (layer, head) pairs of ints in "
+                             f"[0, {model.num_layers}) x [0, {model.num_heads}), got {pairs}")
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"heads must not repeat, got {pairs}")
+    if not pairs:
+        return model(tokens)  # (B, L, V)
+    L = tokens.shape[1]
+    if not 1 <= L <= model.max_len:
+        raise ValueError(f"sequence length {L} must lie in [1, max_len = {model.max_len}]")
+    mask = causal_mask(L).to(tokens.device)  # (L, L)
+    positions = torch.arange(L, device=tokens.device)  # (L,)
+
+    def run(seqs: torch.Tensor, means: list[torch.Tensor] | None):
+        """The residual stream through every layer; per layer, the heads' (B, h, L, E)
+        outputs (as computed, before any replacement)."""
+        x = model.embed(seqs) + model.pos_embed(positions)  # (B, L, E)
+        outputs = []
+        for n, layer in enumerate(model.layers):
+            per_head = _head_outputs(layer, x, x, x, mask)  # (B, h, L, E)
+            outputs.append(per_head)
+            if means is not None:
+                off = [r for (lay, r) in pairs if lay == n]
+                per_head = per_head.clone()
+                per_head[:, off] = means[n][off]  # (len(off), L, E) broadcast over B
+            x = x + per_head.sum(dim=1) + layer.out_proj.bias  # (B, L, E)
+        return x, outputs
+
+    _, ref_outputs = run(reference, None)
+    means = [out.mean(dim=0) for out in ref_outputs]  # each (h, L, E): mean over B_r
+    x, _ = run(tokens, means)
+    return model.unembed(x)  # (B, L, V)
 
 
 def train_language_model(

@@ -8,6 +8,8 @@ from sequence to sequence (``data.repeated_segments``). Adam, learning rate 1e-3
 seed=k * 1_000_000 + t + 1)``, and seed ``k`` initialises the model after
 ``torch.manual_seed(k)``. Seeds 0 to 5: which layer-1 heads a seed builds its circuit from
 (previous-token, duplicate-token or both) varies with the seed, so the chapter needs several.
+``tools/train_ch06_seeds.py`` imports this script's settings and trains seeds 6 to 13 for
+twice as long.
 
 Every ``EVAL_EVERY`` steps the script measures, on a fixed evaluation batch of 256 sequences
 (seed ``EVAL_SEED``): the mean loss on the predictable tokens of the second copy and on all
