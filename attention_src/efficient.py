@@ -57,13 +57,15 @@ __all__ = [
     "kv_cache_bytes",
 ]
 
-# Default tile sizes of blockwise_attention, chosen with benchmarks/bench_attention.py on a
-# 2-core CPU with one thread (256 x 256 and 256 x 512 were 5-15% slower at L = 4096): big
-# enough that the two matrix products of a tile run near the speed of one large product and
-# Python's per-tile overhead is small, small enough that one head's (512, 512) float32 tile,
-# 1 MiB, is about the size of a core's L2 cache.
+# Default tile sizes of blockwise_attention: 256 queries by 512 keys, the split sizes PyTorch's
+# own CPU flash-attention kernel uses for long sequences. A tile is computed for all (batch,
+# head) pairs at once, so with 8 heads of float32 its scores take 8 * 256 * 512 * 4 B = 4 MiB:
+# more than one core's L2 cache on the book's machine (512 KiB), less than its L3 (32 MiB).
+# Larger tiles mean fewer Python-level operator calls per call of the function, smaller ones
+# less memory traffic per tile; `python benchmarks/bench_attention.py --tiles` compares
+# 512 x 512, 256 x 512, 256 x 256, 128 x 512 and 128 x 256 at L = 4096.
 DEFAULT_BLOCK_SIZE = 512
-DEFAULT_QUERY_BLOCK_SIZE = 512
+DEFAULT_QUERY_BLOCK_SIZE = 256
 LOG2_E = math.log2(math.e)
 
 
