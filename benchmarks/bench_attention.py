@@ -26,7 +26,8 @@ Time (file ``attention.csv``), measured in child processes, one per setting: one
 (``heap=default``), and one thread with the allocator told to keep freed memory
 (``heap=kept``, ``attention_src.profiling.KEEP_HEAP_ENV``; L = 1024 to 4096). For each call
 ``attention_src.profiling.measure_call(scope="process")`` records the wall-clock time, the CPU
-time in user and in system mode of all the process's threads, and the minor page faults; the
+time of all the process's threads, in all and split into user and system mode, and the minor
+page faults; the
 table holds the median of each over the repeats (7 up to L = 1024, 5 up to 4096, 3 at 8192),
 the methods interleaved within each repeat (fused, plain, book, per_head, blockwise, fused,
 ...) after one warm-up call each, so that load from other programs hits all of them alike,
@@ -152,7 +153,7 @@ def useful_gflop(length: int, causal: bool) -> float:
 
 
 def time_cases(methods, length: int, causal: bool, repeats: int) -> dict[str, dict]:
-    """Median wall, user and system time (ms) and minor faults of each method."""
+    """Median wall, CPU, user and system time (ms) and minor faults of each method."""
     q, k, v, mask = make_inputs(length, causal)
     order = ["fused"] + [m for m in methods if m != "fused"]  # the reference first
     calls = {m: make_call(m, q, k, v, mask, causal) for m in order}
@@ -171,13 +172,13 @@ def time_cases(methods, length: int, causal: bool, repeats: int) -> dict[str, di
                                            msg=f"{m} differs from fused at L={length}")
             del out
     return {m: {f: statistics.median(getattr(c, f) for c in costs[m])
-                for f in ("wall_ms", "user_ms", "system_ms", "minor_faults")}
+                for f in ("wall_ms", "cpu_ms", "user_ms", "system_ms", "minor_faults")}
             for m in order}
 
 
 def matmul_rates(repeats: int = 7) -> dict[str, float]:
     """The (4096, 64) @ (64, 4096) product into a fresh result and into ``out=``: GFLOP/s of
-    the median wall time, and the median user and system time (ms) and faults."""
+    the median wall time, and the median CPU, user and system time (ms) and faults."""
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(4096, 64, generator=g), torch.randn(64, 4096, generator=g)
     out = torch.empty(4096, 4096)
@@ -188,7 +189,7 @@ def matmul_rates(repeats: int = 7) -> dict[str, float]:
         costs = [measure_call(fn, scope="process")[1] for _ in range(repeats)]
         wall = statistics.median(c.wall_ms for c in costs)
         result[f"matmul_{name}_gflops"] = 2 * 4096 * 4096 * 64 / (wall * 1e-3) / 1e9
-        for f in ("user_ms", "system_ms", "minor_faults"):
+        for f in ("cpu_ms", "user_ms", "system_ms", "minor_faults"):
             result[f"matmul_{name}_{f}"] = statistics.median(getattr(c, f) for c in costs)
     return result
 
@@ -336,8 +337,7 @@ def measure(lengths: list[int], quick: bool) -> tuple[list[dict], list[dict], di
                    and f["causal"] == r["causal"] and f["threads"] == r["threads"]
                    and f["heap"] == r["heap"])
         r["wall_ratio_fused"] = r["wall_ms"] / ref["wall_ms"]
-        r["cpu_ratio_fused"] = ((r["user_ms"] + r["system_ms"])
-                                / (ref["user_ms"] + ref["system_ms"]))
+        r["cpu_ratio_fused"] = r["cpu_ms"] / ref["cpu_ms"]
         r["gflops_wall"] = useful_gflop(r["L"], r["causal"]) / (r["wall_ms"] * 1e-3)
     memory_rows = []
     for grad, mem_lengths in ((False, lengths), (True, [x for x in GRAD_LENGTHS
