@@ -10,6 +10,7 @@ and a full forward pass of the model at every decoding step.
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -433,6 +434,24 @@ def test_tiles_are_written_into_reused_buffers():
     with torch.no_grad(), Record():
         blockwise_attention(q, k, v, block_size=4, query_block_size=4)
     assert ops.count("aten.mm.out") == 4 + 2 and ops.count("aten.mm.default") == 2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_buffers_have_the_shapes_of_the_tiles(causal):
+    # a buffer of the wrong shape would still give the right output: PyTorch resizes an out=
+    # tensor, with a warning; with warnings as errors, every buffer must fit its products
+    q, k, v = _qkv(74, (2, 3), 10, 11)  # query blocks at 0, 4, 8; key blocks at 0, 4, 8
+    mask = random_mask(75, 10, 11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = blockwise_attention(q, k, v, causal, 4, query_block_size=4, mask=mask)
+        gqa = grouped_query_attention(q, k[:, :1], v[:, :1], causal, block_size=4,
+                                      query_block_size=4)
+    full = mask & causal_mask(11)[:10] if causal else mask
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, full)[0],
+                               **TOL[torch.float64])
+    torch.testing.assert_close(gqa, F.scaled_dot_product_attention(
+        q, k[:, :1], v[:, :1], is_causal=causal, enable_gqa=True), **TOL[torch.float64])
 
 
 def _forward_memory(fn, L, grad, block=16):

@@ -434,3 +434,11 @@ def test_keep_heap_env_lets_a_repeated_allocation_reuse_its_pages(keep):
         assert faults < 1000
     else:  # a new mapping: one fault per page again
         assert faults >= _MIB64 // _PAGE
+
+
+def test_thread_scope_without_per_thread_accounting_says_what_to_use(monkeypatch):
+    # where the OS has no RUSAGE_THREAD (not Linux), the thread scope is refused by name
+    monkeypatch.setattr(profiling, "_SCOPES", {"thread": None, "process": "self"})
+    with pytest.raises(ValueError, match=r"^scope='thread' needs RUSAGE_THREAD \(Linux\); "
+                                         r"use scope='process'$"):
+        measure_call(lambda: None)
