@@ -10,17 +10,20 @@ grows like ``L**2``. The functions here compute the same result without that mat
 * :func:`blockwise_attention`: the algorithm of FlashAttention (Dao et al., 2022) in plain
   PyTorch, in the loop order of FlashAttention-2 (Dao, 2023): query blocks outside, one
   division at the end, causal tiles above the diagonal skipped. Queries are cut into blocks of
-  ``query_block_size`` rows and keys and values into
-  blocks of ``block_size`` rows; for each query block a loop over the key blocks keeps the
-  running maximum, the running sum and an un-normalised output, rescaling the last two by
-  ``exp(m_old - m_new)`` whenever the maximum grows. Only a ``(query_block_size,
-  block_size)`` tile of scores exists at any time, so the extra memory grows like ``L``, and
-  with ``causal=True`` the key blocks that lie entirely above the diagonal are skipped, not
-  computed then masked.
+  ``query_block_size`` rows and keys and values into blocks of ``block_size`` rows; for each
+  query block a loop over the key blocks keeps the running maximum, the running sum and an
+  un-normalised output, rescaling the last two by ``exp(m_old - m_new)`` whenever the maximum
+  grows. Each tile is computed for all (batch, head) pairs at once, one batched product per
+  tile; only one ``(..., query_block_size, block_size)`` tile of scores exists at any time, so
+  the extra memory grows like ``L``. With autograd too: its backward pass is FlashAttention's
+  (a custom ``torch.autograd.Function`` that saves the output and one log-sum-exp per query
+  and recomputes each tile), where autograd through the loop would keep every tile, ``L**2``
+  memory. :func:`blockwise_attention_per_head` is the same loop one (batch, head) pair at a
+  time, the readable version, differentiated by ordinary autograd.
 * :func:`grouped_query_attention`: ``h`` query heads sharing ``h_kv`` key/value heads (head
   ``i`` reads key/value head ``i // (h // h_kv)``, the ``repeat_interleave`` convention of
-  PyTorch's ``enable_gqa``); ``h_kv = 1`` is multi-query attention. Keys and values are never
-  repeated in memory.
+  PyTorch's ``enable_gqa``); ``h_kv = 1`` is multi-query attention. The forward pass never
+  repeats the keys and values in memory (one block of keys at a time at most).
 * :class:`KVCache`, :func:`generate`, :func:`kv_cache_bytes`: step-by-step decoding of an
   :class:`~attention_src.language_model.AttentionOnlyTransformer` with and without a cache of
   the keys and values of the tokens already seen, and the cache's size.
@@ -37,6 +40,7 @@ import time
 from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from attention_src.attention import check_qkv, scaled_dot_product_attention
 from attention_src.validation import check_mask, check_positive_int, check_tensor
@@ -45,6 +49,7 @@ __all__ = [
     "online_softmax",
     "online_softmax_stats",
     "blockwise_attention",
+    "blockwise_attention_per_head",
     "BlockCounts",
     "grouped_query_attention",
     "KVCache",
@@ -52,13 +57,15 @@ __all__ = [
     "kv_cache_bytes",
 ]
 
-# Default tile sizes of blockwise_attention, chosen with benchmarks/bench_attention.py on a
-# 2-core CPU with one thread (256 x 256 and 256 x 512 were 5-15% slower at L = 4096): big
-# enough that the two matrix products of a tile run near the speed of one large product and
-# Python's per-tile overhead is small, small enough that one head's (512, 512) float32 tile,
-# 1 MiB, is about the size of a core's L2 cache.
+# Default tile sizes of blockwise_attention: 256 queries by 512 keys, the split sizes PyTorch's
+# own CPU flash-attention kernel uses for long sequences. A tile is computed for all (batch,
+# head) pairs at once, so with 8 heads of float32 its scores take 8 * 256 * 512 * 4 B = 4 MiB:
+# more than one core's L2 cache on the book's machine (512 KiB), less than its L3 (32 MiB).
+# Larger tiles mean fewer Python-level operator calls per call of the function, smaller ones
+# less memory traffic per tile; `python benchmarks/bench_attention.py --tiles` compares
+# 512 x 512, 256 x 512, 256 x 256, 128 x 512 and 128 x 256 at L = 4096.
 DEFAULT_BLOCK_SIZE = 512
-DEFAULT_QUERY_BLOCK_SIZE = 512
+DEFAULT_QUERY_BLOCK_SIZE = 256
 LOG2_E = math.log2(math.e)
 
 
@@ -140,63 +147,226 @@ class BlockCounts(NamedTuple):
     total: int
 
 
-def _blockwise(query, key, value, causal, query_block_size, block_size, mask, scale):
-    """The loop of :func:`blockwise_attention`, on checked inputs.
+def _tile_counts(L_q: int, L_k: int, query_block_size: int, block_size: int,
+                 computed: int) -> BlockCounts:
+    """``BlockCounts`` of a ``(L_q, L_k)`` score matrix cut into tiles, ``computed`` of them."""
+    total = -(-L_q // query_block_size) * -(-L_k // block_size)
+    return BlockCounts(computed, total - computed, total)
+
+
+def _future(i0: int, i1: int, j0: int, j1: int, device) -> torch.Tensor:
+    """``(i1 - i0, j1 - j0)`` bool, True where key ``j`` comes after query ``i`` (hidden)."""
+    keys = torch.arange(j0, j1, device=device)  # (B_k,)
+    queries = torch.arange(i0, i1, device=device)  # (B_q,)
+    return keys > queries.unsqueeze(-1)  # (B_q, B_k)
+
+
+def _hide(scores, causal, mask, i0, i1, j0, j1):
+    """Set to -inf, in place, the entries of a ``(..., B_q, B_k)`` tile of scores that a
+    query may not see: keys after it (``causal``) and keys the boolean ``mask`` forbids."""
+    if causal and j1 - 1 > i0:  # the tile crosses the diagonal: hide keys j > i
+        scores.masked_fill_(_future(i0, i1, j0, j1, scores.device), -math.inf)
+    if mask is not None:
+        scores.masked_fill_(~mask[..., i0:i1, j0:j1], -math.inf)
+    return scores
+
+
+def _blockwise_forward(query, key, value, causal, query_block_size, block_size, mask, scale):
+    """The tile loop of :func:`blockwise_attention`, every (batch, head) pair at once.
 
     ``query: (..., L_q, d_k)``; ``key: (..., L_k, d_k)`` and ``value: (..., L_k, d_v)`` with
     leading dimensions that broadcast to the query's (grouped-query attention passes a size-1
     group axis, so keys are shared without being copied); ``mask``: ``None`` or a boolean
-    ``(..., L_q, L_k)`` view. Returns ``(output: (..., L_q, d_v), BlockCounts)``.
+    ``(..., L_q, L_k)`` view; ``scale``: a float. No autograd (the caller decides).
 
-    Two choices make it fast on a CPU without changing the algorithm. One (query block, key
-    block) tile of one head at a time: a ``(512, 512)`` float32 tile is 1 MiB and stays
-    mostly in a core's L2 cache through the passes over it (product, max, exp, sum, product).
-    And base 2: ``exp(x) = 2 ** (x * log2(e))``, so ``log2(e)`` joins the scale of the
-    queries and the loop calls ``exp2``, which PyTorch computes several times faster than
-    ``exp`` on this CPU (and without its slow path for very negative numbers); the running
-    maximum is then kept in base-2 units. The result is the same function.
+    Returns ``output: (..., L_q, d_v)``; ``lse: (..., L_q)``, the base-2 log-sum-exp of each
+    query's row of scores, ``+inf`` for a query with no allowed key (what the backward pass
+    needs to recompute the weights); and the number of tiles computed.
+
+    Each tile is one batched product over all the leading dimensions, ``(..., B_q, d_k) @
+    (..., d_k, B_k)``, written into a buffer allocated once per tile shape and reused: a fresh
+    ``(..., B_q, B_k)`` result at every tile would cost the operating system a page fault per
+    4 KiB of it (chapter 9 measures this). Base 2: ``exp(x) = 2 ** (x * log2(e))``, so
+    ``log2(e)`` joins the scale of the queries and the loop calls ``exp2``, which PyTorch
+    computes faster than ``exp`` on this CPU; the running maximum is kept in base-2 units.
     """
     L_q, L_k = query.shape[-2], key.shape[-2]
     batch = query.shape[:-2]
     d_v = value.shape[-1]
-    n_q_blocks = -(-L_q // query_block_size)
-    n_k_blocks = -(-L_k // block_size)
-    total = n_q_blocks * n_k_blocks
-    n_heads = math.prod(batch)
-    if L_q == 0 or L_k == 0 or n_heads == 0:  # no key: the book's convention is a zero output
-        return query.new_zeros(*batch, L_q, d_v), BlockCounts(0, total, total)
+    if L_q == 0 or L_k == 0 or math.prod(batch) == 0:  # no key: the book's convention is 0
+        return (query.new_zeros(*batch, L_q, d_v), query.new_full((*batch, L_q), math.inf),
+                0)
     query = query * (scale * LOG2_E)  # (..., L_q, d_k): scores come out in base-2 units
     key_t = key.transpose(-2, -1)  # (..., d_k, L_k), a view
     output = query.new_empty(*batch, L_q, d_v)  # (..., L_q, d_v), filled block by block
-    positions_k = torch.arange(L_k, device=query.device)  # (L_k,)
-    positions_q = torch.arange(L_q, device=query.device)  # (L_q,)
-    future_masks = {}  # (i0, j0) -> (B_q, B_k) bool, True where key j > query i
+    lse = query.new_empty(*batch, L_q)  # (..., L_q)
+    buffers = {}  # (B_q, B_k) -> the (..., B_q, B_k) scores and (..., B_q, d_v) P V_b
+    computed = 0
+    for i0 in range(0, L_q, query_block_size):
+        i1 = min(i0 + query_block_size, L_q)
+        q_block = query[..., i0:i1, :]  # (..., B_q, d_k)
+        # causal: query i sees keys j <= i, so keys from i1 on are unseen by the whole
+        # block; key block 0 is always computed, so m, s, acc are set at its pass
+        k_end = min(L_k, i1) if causal else L_k
+        m = s = acc = None
+        for j0 in range(0, k_end, block_size):
+            j1 = min(j0 + block_size, k_end)  # causal: no key the block cannot see
+            computed += 1
+            if (i1 - i0, j1 - j0) not in buffers:
+                buffers[i1 - i0, j1 - j0] = (query.new_empty(*batch, i1 - i0, j1 - j0),
+                                             query.new_empty(*batch, i1 - i0, d_v))
+            scores, pv = buffers[i1 - i0, j1 - j0]  # (..., B_q, B_k), (..., B_q, d_v)
+            # (..., B_q, d_k) @ (..., d_k, B_k) -> (..., B_q, B_k), one product for all heads
+            torch.matmul(q_block, key_t[..., j0:j1], out=scores)
+            _hide(scores, causal, mask, i0, i1, j0, j1)
+            block_max = scores.amax(dim=-1, keepdim=True)  # (..., B_q, 1)
+            m_new = block_max if m is None else torch.maximum(m, block_max)  # (..., B_q, 1)
+            shift = m_new
+            if mask is not None:  # a row with no allowed key so far: shift by 0, not -inf
+                shift = m_new.masked_fill(m_new == -math.inf, 0.0)
+            p = scores.sub_(shift).exp2_()  # (..., B_q, B_k): un-normalised weights
+            v_block = value[..., j0:j1, :]  # (..., B_k, d_v)
+            if m is None:
+                s = p.sum(dim=-1, keepdim=True)  # (..., B_q, 1)
+                acc = torch.matmul(p, v_block)  # (..., B_q, B_k) @ (..., B_k, d_v)
+            else:
+                # (..., B_q, 1): rescales the old sum and output; 0 where the old maximum is
+                # -inf (no allowed key yet, so the old sum and output are 0)
+                alpha = torch.exp2(m - shift)
+                s = s.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+                acc = acc.mul_(alpha).add_(torch.matmul(p, v_block, out=pv))
+            m = m_new
+        # log2 of the row's sum of 2 ** score: m + log2(s); +inf where s = 0 (no allowed key)
+        lse[..., i0:i1] = (m + torch.log2(s)).squeeze(-1).masked_fill_(
+            s.squeeze(-1) == 0, math.inf)
+        if mask is not None:  # a row with no allowed key: acc is 0, divide by 1 to get 0
+            s = s.masked_fill(s == 0, 1.0)
+        output[..., i0:i1, :] = acc.div_(s)  # (..., B_q, d_v)
+    return output, lse, computed
+
+
+def _blockwise_backward(grad_out, query, key, value, output, lse, causal, query_block_size,
+                        block_size, mask, scale):
+    """Gradients of :func:`_blockwise_forward` with respect to query, key and value.
+
+    The backward pass of FlashAttention (Dao et al., 2022, Algorithm 4; loop order of
+    FlashAttention-2): nothing of the forward pass's tiles was kept, so each tile of weights
+    is recomputed from the queries, the keys and the saved log-sum-exp, ``P = 2 ** (S_2 -
+    lse)`` with ``S_2`` the base-2 scores, and then, with ``dO`` the gradient of the output and
+    ``D = rowsum(dO * O)``,
+
+        dV += P^T dO,   dP = dO V^T,   dS = P * (dP - D),
+        dQ += scale * dS K,   dK += scale * dS^T Q.
+
+    Shapes as in :func:`_blockwise_forward`; ``grad_out``: ``(..., L_q, d_v)``. Returns
+    ``(dQ, dK, dV)`` of the shapes of query, key and value (a broadcast axis of key or value
+    is summed over). Extra memory: ``dQ, dK, dV``, ``D`` and a few tiles, linear in ``L``.
+    """
+    L_q, L_k = query.shape[-2], key.shape[-2]
+    batch = query.shape[:-2]
+    d_k, d_v = query.shape[-1], value.shape[-1]
+    grad_query = torch.zeros_like(query)  # (..., L_q, d_k)
+    grad_key = query.new_zeros(*batch, L_k, d_k)  # (..., L_k, d_k), before the broadcast sum
+    grad_value = query.new_zeros(*batch, L_k, d_v)  # (..., L_k, d_v), likewise
+    if L_q and L_k and math.prod(batch):
+        q2 = query * (scale * LOG2_E)  # (..., L_q, d_k): base-2 scores, as in the forward
+        key_t, value_t = key.transpose(-2, -1), value.transpose(-2, -1)  # views
+        delta = (grad_out * output).sum(dim=-1, keepdim=True)  # (..., L_q, 1): D
+        for i0 in range(0, L_q, query_block_size):
+            i1 = min(i0 + query_block_size, L_q)
+            d_out = grad_out[..., i0:i1, :]  # (..., B_q, d_v)
+            lse_block = lse[..., i0:i1].unsqueeze(-1)  # (..., B_q, 1)
+            k_end = min(L_k, i1) if causal else L_k
+            for j0 in range(0, k_end, block_size):
+                j1 = min(j0 + block_size, k_end)
+                scores = torch.matmul(q2[..., i0:i1, :], key_t[..., j0:j1])  # (.., B_q, B_k)
+                _hide(scores, causal, mask, i0, i1, j0, j1)
+                p = scores.sub_(lse_block).exp2_()  # (..., B_q, B_k): the weights P
+                # (..., B_k, B_q) @ (..., B_q, d_v) -> (..., B_k, d_v)
+                grad_value[..., j0:j1, :] += torch.matmul(p.transpose(-2, -1), d_out)
+                d_p = torch.matmul(d_out, value_t[..., j0:j1])  # (..., B_q, B_k): dP
+                d_s = p.mul_(d_p.sub_(delta[..., i0:i1, :]))  # (..., B_q, B_k): dS
+                # (..., B_q, B_k) @ (..., B_k, d_k) -> (..., B_q, d_k)
+                grad_query[..., i0:i1, :] += scale * torch.matmul(d_s, key[..., j0:j1, :])
+                # (..., B_k, B_q) @ (..., B_q, d_k) -> (..., B_k, d_k)
+                grad_key[..., j0:j1, :] += scale * torch.matmul(d_s.transpose(-2, -1),
+                                                                query[..., i0:i1, :])
+    return grad_query, grad_key.sum_to_size(key.shape), grad_value.sum_to_size(value.shape)
+
+
+class _BlockwiseAttention(torch.autograd.Function):
+    """Blockwise attention with FlashAttention's backward pass: the forward pass saves only
+    its inputs, its output and one log-sum-exp per query, and the backward pass recomputes
+    every tile of weights, trading about a forward pass of extra arithmetic for memory linear
+    in ``L`` (autograd through the tile loop would keep every tile: ``L**2`` memory)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, causal, query_block_size, block_size, scale,
+                counts):
+        output, lse, computed = _blockwise_forward(query, key, value, causal,
+                                                   query_block_size, block_size, mask, scale)
+        counts.append(computed)
+        ctx.save_for_backward(query, key, value, output, lse)
+        ctx.mask = mask
+        ctx.settings = (causal, query_block_size, block_size, scale)
+        return output
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        query, key, value, output, lse = ctx.saved_tensors
+        causal, query_block_size, block_size, scale = ctx.settings
+        grads = _blockwise_backward(grad_out, query, key, value, output, lse, causal,
+                                    query_block_size, block_size, ctx.mask, scale)
+        return (*grads, None, None, None, None, None, None)
+
+
+def _blockwise(query, key, value, causal, query_block_size, block_size, mask, scale):
+    """``(output, BlockCounts)`` of blockwise attention on checked inputs, differentiable
+    through :class:`_BlockwiseAttention` when autograd records and an input needs a
+    gradient, otherwise the forward loop alone."""
+    counts: list[int] = []
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        output = _BlockwiseAttention.apply(query, key, value, mask, causal, query_block_size,
+                                           block_size, scale, counts)
+    else:
+        output, _, computed = _blockwise_forward(query, key, value, causal, query_block_size,
+                                                 block_size, mask, scale)
+        counts.append(computed)
+    L_q, L_k = query.shape[-2], key.shape[-2]
+    return output, _tile_counts(L_q, L_k, query_block_size, block_size, counts[0])
+
+
+def _per_head(query, key, value, causal, query_block_size, block_size, mask, scale):
+    """The loop of :func:`blockwise_attention_per_head`, on checked inputs: ``query (...,
+    L_q, d_k)``, ``key (..., L_k, d_k)``, ``value (..., L_k, d_v)`` with the same leading
+    dimensions; ``mask`` ``None`` or a ``(..., L_q, L_k)`` view. Differentiable by autograd,
+    which keeps every tile it computes for the backward pass. Returns ``(output: (..., L_q,
+    d_v), tiles computed per head)``."""
+    L_q, L_k = query.shape[-2], key.shape[-2]
+    batch = query.shape[:-2]
+    d_v = value.shape[-1]
+    n_heads = math.prod(batch)
+    if L_q == 0 or L_k == 0 or n_heads == 0:  # no key: the book's convention is a zero output
+        return query.new_zeros(*batch, L_q, d_v), 0
+    query = query * (scale * LOG2_E)  # (..., L_q, d_k): scores come out in base-2 units
+    key_t = key.transpose(-2, -1)  # (..., d_k, L_k), a view
+    output = query.new_empty(*batch, L_q, d_v)  # (..., L_q, d_v), filled block by block
     computed = 0
     for head in itertools.product(*(range(n) for n in batch)):  # every (batch, head) index
-        # the key/value head of this query head: index 0 along the broadcast (size-1) axes
-        kv_head = tuple(i if n > 1 else 0 for i, n in
-                        zip(head[len(head) - key.dim() + 2:], key.shape[:-2], strict=True))
         q_h = query[head]  # (L_q, d_k)
-        k_t, v_h = key_t[kv_head], value[kv_head]  # (d_k, L_k), (L_k, d_v)
+        k_t, v_h = key_t[head], value[head]  # (d_k, L_k), (L_k, d_v)
+        mask_h = None if mask is None else mask[head]  # (L_q, L_k)
         for i0 in range(0, L_q, query_block_size):
             i1 = min(i0 + query_block_size, L_q)
             q_block = q_h[i0:i1]  # (B_q, d_k)
-            # causal: query i sees keys j <= i, so keys from i1 on are unseen by the whole
-            # block; key block 0 is always computed, so m, s, acc are set at its pass
             k_end = min(L_k, i1) if causal else L_k
             m = s = acc = None
             for j0 in range(0, k_end, block_size):
-                j1 = min(j0 + block_size, k_end)  # causal: no key the block cannot see
+                j1 = min(j0 + block_size, k_end)
                 computed += 1
                 scores = q_block @ k_t[:, j0:j1]  # (B_q, d_k) @ (d_k, B_k) -> (B_q, B_k)
-                if causal and j1 - 1 > i0:  # the tile crosses the diagonal: hide keys j > i
-                    future = future_masks.get((i0, j0))
-                    if future is None:
-                        future = positions_k[j0:j1] > positions_q[i0:i1].unsqueeze(-1)
-                        future_masks[i0, j0] = future  # (B_q, B_k)
-                    scores = scores.masked_fill_(future, -math.inf)
-                if mask is not None:
-                    scores = scores.masked_fill_(~mask[head][i0:i1, j0:j1], -math.inf)
+                _hide(scores, causal, mask_h, i0, i1, j0, j1)
                 # The maximum only keeps exp2() in range; the output does not depend on it,
                 # so it is a constant for autograd (its gradient terms would cancel exactly).
                 block_max = scores.detach().amax(dim=-1, keepdim=True)  # (B_q, 1)
@@ -210,17 +380,34 @@ def _blockwise(query, key, value, causal, query_block_size, block_size, mask, sc
                     s = p.sum(dim=-1, keepdim=True)  # (B_q, 1)
                     acc = p @ v_block  # (B_q, B_k) @ (B_k, d_v) -> (B_q, d_v)
                 else:
-                    # (B_q, 1): rescales the old sum and output; 0 where the old maximum is
-                    # -inf (no allowed key yet, so the old sum and output are 0)
-                    alpha = torch.exp2(m - shift)
+                    alpha = torch.exp2(m - shift)  # (B_q, 1)
                     s = s.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
                     acc = acc.mul_(alpha).addmm_(p, v_block)  # acc * alpha + P V_b
                 m = m_new
             if mask is not None:  # a row with no allowed key: acc is 0, divide by 1 to get 0
                 s = s.masked_fill(s == 0, 1.0)
             output[head][i0:i1] = acc / s  # (B_q, d_v)
-    computed //= n_heads  # tiles per head: every head computes the same ones
-    return output, BlockCounts(computed, total - computed, total)
+    return output, computed // n_heads  # tiles per head: every head computes the same ones
+
+
+def _prepare(query, key, value, causal, block_size, query_block_size, mask, scale,
+             return_counts):
+    """Check the arguments of the blockwise functions; return ``(mask view or None,
+    scale as a float)``."""
+    check_qkv(query, key, value)
+    _check_bool("causal", causal)
+    check_positive_int("block_size", block_size)
+    check_positive_int("query_block_size", query_block_size)
+    _check_bool("return_counts", return_counts)
+    _check_scale(scale)
+    L_q, L_k = query.shape[-2], key.shape[-2]
+    if mask is not None:
+        target = (*query.shape[:-2], L_q, L_k)
+        check_mask(mask, target)
+        mask = mask.expand(target)  # (..., L_q, L_k): a view, no memory
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    return mask, float(scale)
 
 
 def blockwise_attention(
@@ -247,12 +434,19 @@ def blockwise_attention(
         m' = max(m, rowmax(S)),   P = exp(S - m'),
         s' = s * exp(m - m') + rowsum(P),   o' = o * exp(m - m') + P V_b,
 
-    and the output is ``o / s``. This equals ``softmax(Q K^T * scale) V`` (up to rounding):
-    the extra memory is one tile of one head at a time, ``(query_block_size, block_size)``,
-    instead of ``(..., L_q, L_k)``. With ``causal=True`` (top-left aligned, as
+    and the output is ``o / s``. This equals ``softmax(Q K^T * scale) V`` (up to rounding).
+    Each tile is computed for every (batch, head) pair at once, one batched product per tile
+    (:func:`blockwise_attention_per_head` is the same loop one pair at a time). With
+    ``causal=True`` (top-left aligned, as
     ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``: query ``i`` sees keys
     ``j <= i``) the key blocks entirely after a query block are skipped, roughly half of them;
     only the tiles that cross the diagonal are masked.
+
+    Memory: besides the output, one ``(..., query_block_size, block_size)`` tile of scores and
+    a few tensors of the size of the output, linear in ``L``. With autograd this holds as well:
+    the backward pass is FlashAttention's (a custom ``torch.autograd.Function``), which saves
+    only the output and one log-sum-exp per query and recomputes each tile, at the price of
+    computing every tile's scores a second time.
 
     Args:
         query: ``(..., L_q, d_k)``.
@@ -264,28 +458,48 @@ def blockwise_attention(
         query_block_size: positive int, queries per block (keyword only).
         mask: optional boolean, broadcastable to ``(..., L_q, L_k)``, ``True`` = may attend
             (the book's convention); combined with ``causal`` by AND. A query with no allowed
-            key gets a zero output (keyword only).
+            key gets a zero output, and zero gradients (keyword only).
         scale: multiplies the scores; default ``1 / sqrt(d_k)`` (keyword only).
-        return_counts: also return a :class:`BlockCounts` of the tiles computed and skipped.
+        return_counts: also return a :class:`BlockCounts` of the tiles computed and skipped
+            (per (batch, head) pair: every pair computes the same tiles).
 
     Returns:
         output: ``(..., L_q, d_v)``; with ``return_counts=True``, ``(output, BlockCounts)``.
     """
-    check_qkv(query, key, value)
-    _check_bool("causal", causal)
-    check_positive_int("block_size", block_size)
-    check_positive_int("query_block_size", query_block_size)
-    _check_bool("return_counts", return_counts)
-    _check_scale(scale)
-    L_q, L_k = query.shape[-2], key.shape[-2]
-    if mask is not None:
-        target = (*query.shape[:-2], L_q, L_k)
-        check_mask(mask, target)
-        mask = mask.expand(target)  # (..., L_q, L_k): a view, no memory
-    if scale is None:
-        scale = 1.0 / math.sqrt(query.shape[-1])
+    mask, scale = _prepare(query, key, value, causal, block_size, query_block_size, mask,
+                           scale, return_counts)
     output, counts = _blockwise(query, key, value, causal, query_block_size, block_size, mask,
-                                float(scale))
+                                scale)
+    return (output, counts) if return_counts else output
+
+
+def blockwise_attention_per_head(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    causal: bool = False,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    *,
+    query_block_size: int = DEFAULT_QUERY_BLOCK_SIZE,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    return_counts: bool = False,
+):
+    """:func:`blockwise_attention` one (batch, head) pair at a time: the readable loop.
+
+    The same algorithm, arguments and result (shapes: ``query (..., L_q, d_k)``, ``key (...,
+    L_k, d_k)``, ``value (..., L_k, d_v)``, output ``(..., L_q, d_v)``), with the tiles of one
+    head computed before the next head's: ``h`` times as many operator calls, each ``h``
+    times smaller, which leaves a second CPU core (or a GPU) little to do per call.
+    Differentiable by ordinary autograd, which keeps every tile of weights it computes for the
+    backward pass, so with gradients on its memory grows like ``L**2``.
+    """
+    mask, scale = _prepare(query, key, value, causal, block_size, query_block_size, mask,
+                           scale, return_counts)
+    output, computed = _per_head(query, key, value, causal, query_block_size, block_size, mask,
+                                 scale)
+    L_q, L_k = query.shape[-2], key.shape[-2]
+    counts = _tile_counts(L_q, L_k, query_block_size, block_size, computed)
     return (output, counts) if return_counts else output
 
 
@@ -308,9 +522,11 @@ def grouped_query_attention(
     attends with key/value head ``i // (h // h_kv)``: the result of repeating each key/value
     head ``h // h_kv`` times with ``repeat_interleave`` and running ordinary multi-head
     attention, the convention of PyTorch's ``enable_gqa=True``. ``h_kv = h`` is multi-head
-    attention, ``h_kv = 1`` multi-query attention. The repeat is never materialised: the group
-    axis broadcasts inside :func:`blockwise_attention`'s tiles, so the key/value cache of a
-    decoder is ``h / h_kv`` times smaller.
+    attention, ``h_kv = 1`` multi-query attention. The repeat is never materialised in full:
+    the group axis broadcasts inside :func:`blockwise_attention`'s tiles (the batched product
+    copies one block of keys at a time), so the key/value cache of a decoder is ``h / h_kv``
+    times smaller. Differentiable like :func:`blockwise_attention`; the gradient of a shared
+    key or value head is the sum over the query heads that read it.
 
     Args:
         query: ``(..., h, L_q, d_k)``.

@@ -12,14 +12,27 @@
 * :func:`best_ms`: the best CPU time of the calling thread over a few calls, after a
   warm-up call (``time.thread_time``: time other processes hold the core is not counted;
   with one thread, ``torch.set_num_threads(1)``, every operator runs in this thread).
+* :class:`CpuCost`, :func:`measure_call` and :func:`median_cost`: what a call costs, split
+  as the operating system accounts for it: wall-clock time, CPU time in user mode (the
+  program's own instructions), CPU time in system mode (the kernel working for it: page
+  faults, memory mapping) and minor page faults (``getrusage``; Linux). A fresh tensor larger
+  than glibc's ``mmap`` threshold is new memory from the kernel, and the first write to each
+  4 KiB page of it is a page fault, paid in system time; ``best_ms`` and
+  ``time.thread_time`` count that time together with the arithmetic, this split does not.
+* :data:`KEEP_HEAP_ENV`: the environment variables that tell glibc's allocator to keep freed
+  memory in the process, so that a repeated allocation is not a fresh mapping again (they
+  act at the start of a process: set them for a child process).
 * :func:`slope`: the least-squares exponent ``p`` of ``y ~ c * x**p``.
 """
 
 from __future__ import annotations
 
+import resource
+import statistics
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -27,7 +40,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention_src.validation import check_positive_int
 
-__all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "best_ms", "slope"]
+__all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "best_ms", "CpuCost", "measure_call",
+           "median_cost", "KEEP_HEAP_ENV", "slope"]
 
 #: The matrix-product operators whose work :class:`TensorMemory` counts; for each, the last
 #: two positional arguments are the factors ``(..., m, k)`` and ``(..., k, n)``.
@@ -138,6 +152,90 @@ def best_ms(fn: Callable, repeats: int = 3) -> float:
             fn()
             times.append(time.thread_time() - start)
     return 1e3 * min(times)
+
+
+#: glibc's malloc, told by these variables (read when a process starts) to serve every
+#: allocation below 4 GiB from its heap and never to return freed heap memory to the
+#: operating system: after a first call, a repeated call reuses the pages it touched before
+#: instead of mapping (and faulting in) new ones. Pass them to a child process, e.g.
+#: ``subprocess.run(cmd, env={**os.environ, **KEEP_HEAP_ENV})``; other C libraries ignore them.
+KEEP_HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+_SCOPES = {"thread": getattr(resource, "RUSAGE_THREAD", None), "process": resource.RUSAGE_SELF}
+
+
+class CpuCost(NamedTuple):
+    """What one call cost (or the median of several calls, field by field).
+
+    Attributes:
+        wall_ms: wall-clock time (``time.perf_counter``), which counts the time other
+            processes held the CPU, and the waits of all threads.
+        cpu_ms: CPU time, from the precise clock (``time.thread_time`` or
+            ``time.process_time``): user and system time together.
+        user_ms: CPU time in user mode: the instructions of the program and its libraries.
+        system_ms: CPU time in system mode: the kernel at work for the call, here mostly
+            handling page faults (zero-filling the pages of fresh memory).
+        minor_faults: page faults served without reading from disk, each a 4 KiB page
+            touched for the first time since it was mapped.
+
+    The kernel splits CPU time into user and system time by sampling at each clock tick
+    (every few milliseconds), so ``user_ms + system_ms`` matches ``cpu_ms`` only for calls
+    much longer than a tick, and a call shorter than one may show 0 for both.
+    """
+
+    wall_ms: float
+    cpu_ms: float
+    user_ms: float
+    system_ms: float
+    minor_faults: float
+
+
+_CLOCKS = {"thread": "thread_time", "process": "process_time"}
+
+
+def _check_scope(scope: object) -> int:
+    if scope not in _SCOPES:
+        raise ValueError(f"scope must be 'thread' or 'process', got {scope!r}")
+    who = _SCOPES[scope]
+    if who is None:  # pragma: no cover - only where the OS lacks per-thread accounting
+        raise ValueError("scope='thread' needs RUSAGE_THREAD (Linux); use scope='process'")
+    return who
+
+
+def measure_call(fn: Callable, *, scope: str = "thread") -> tuple[object, CpuCost]:
+    """Call ``fn()`` once; return its result and a :class:`CpuCost` of the call.
+
+    ``scope="thread"`` counts the CPU time and faults of the calling thread only (with one
+    PyTorch thread, ``torch.set_num_threads(1)``, every operator runs in it);
+    ``scope="process"`` those of all the threads of the process (with several intra-op
+    threads, their CPU times add up, so ``cpu_ms`` may exceed ``wall_ms``). Autograd is
+    left as the caller set it. See :class:`CpuCost` for what each field measures.
+    """
+    _check_callable(fn)
+    who = _check_scope(scope)
+    clock = getattr(time, _CLOCKS[scope])  # looked up at each call: a test may replace time
+    before, cpu, start = resource.getrusage(who), clock(), time.perf_counter()
+    out = fn()
+    wall, cpu, after = time.perf_counter() - start, clock() - cpu, resource.getrusage(who)
+    return out, CpuCost(1e3 * wall, 1e3 * cpu, 1e3 * (after.ru_utime - before.ru_utime),
+                        1e3 * (after.ru_stime - before.ru_stime),
+                        after.ru_minflt - before.ru_minflt)
+
+
+def median_cost(fn: Callable, repeats: int = 5, *, scope: str = "thread") -> CpuCost:
+    """The median :class:`CpuCost` of ``repeats`` calls of ``fn()``, field by field, after
+    one warm-up call; without autograd. See :func:`measure_call` for ``scope``."""
+    _check_callable(fn)
+    check_positive_int("repeats", repeats)
+    _check_scope(scope)
+    with torch.no_grad():
+        fn()  # warm-up: first-call allocations and one-time setup are not measured
+        costs = []
+        for _ in range(repeats):
+            out, cost = measure_call(fn, scope=scope)
+            del out  # freed before the next call, as a caller that drops it would
+            costs.append(cost)
+    return CpuCost(*(statistics.median(field) for field in zip(*costs, strict=True)))
 
 
 def slope(xs, ys) -> float:

@@ -1,51 +1,60 @@
-"""Time and peak memory of four attention implementations against sequence length.
+"""Time and memory of five attention implementations against sequence length (chapter 9's data).
 
-Methods, all on ``(1, 8, L, 64)`` float32 queries, keys and values (batch 1, 8 heads, d 64),
-without autograd:
+One command measures everything chapter 9 reads and writes its snapshot:
+
+    python benchmarks/bench_attention.py --snapshot
+
+(then re-execute the chapter: ``make execute NB=book/09_efficient_attention.ipynb``). Without
+``--snapshot`` the results go only to the untracked ``benchmarks/results/``. It takes about
+10 minutes on an idle 2-core machine, much longer on a busy one; run it on an idle machine,
+since wall-clock time is what it reports first.
+
+Methods, on ``(1, 8, L, 64)`` float32 queries, keys and values (batch 1, 8 heads, d 64):
 
 * ``plain``: the materialised formula in three torch ops, ``softmax((Q * scale) K^T) V``
   (plus one in-place ``masked_fill_`` of the precomputed causal mask when causal);
 * ``book``: ``attention_src.scaled_dot_product_attention`` (materialised, returns the weights;
   causal through ``attention_src.causal_mask``);
-* ``blockwise``: ``attention_src.blockwise_attention`` with its default tile sizes;
+* ``per_head``: ``attention_src.efficient.blockwise_attention_per_head``, the tile loop one
+  (batch, head) pair at a time, with 512 x 512 tiles;
+* ``blockwise``: ``attention_src.efficient.blockwise_attention``, every tile for all (batch,
+  head) pairs at once, default tile sizes;
 * ``fused``: ``torch.nn.functional.scaled_dot_product_attention``, PyTorch's fused CPU kernel.
 
-Time: CPU time of the calling thread (``time.thread_time``), not wall-clock time: with one
-thread (``OMP_NUM_THREADS=1``, as ``make bench`` sets) every operator runs in this thread, and
-the time other processes hold the core is not counted, so a busy shared machine does not
-inflate it (it still slows each call a little, through shared caches and memory bandwidth).
-The median over repeats (7 up to L = 1024, 5 up to 4096, 3 at 8192), the methods interleaved
-within each repeat (fused, plain, book, blockwise, fused, ...) after one warm-up call each, so
-what load remains hits all of them alike; reported also as a ratio to ``fused`` measured in
-the same run. Every output is checked against fused's (1e-5).
+Time (file ``attention.csv``), measured in child processes, one per setting: one thread
+(``torch.set_num_threads(1)``) and all the CPU's threads, with glibc's allocator as it comes
+(``heap=default``), and one thread with the allocator told to keep freed memory
+(``heap=kept``, ``attention_src.profiling.KEEP_HEAP_ENV``; L = 1024 to 4096). For each call
+``attention_src.profiling.measure_call(scope="process")`` records the wall-clock time, the CPU
+time of all the process's threads, in all and split into user and system mode, and the minor
+page faults; the
+table holds the median of each over the repeats (7 up to L = 1024, 5 up to 4096, 3 at 8192),
+the methods interleaved within each repeat (fused, plain, book, per_head, blockwise, fused,
+...) after one warm-up call each, so that load from other programs hits all of them alike,
+and ratios to ``fused`` measured in the same child. Every output is checked against fused's
+(1e-5). Without autograd. The same child times the reference product, ``(4096, 64) @ (64,
+4096)``, into a fresh result and into a preallocated one (``out=``), at one thread.
 
-Peak extra memory: measured as resident memory (RSS), in a separate child process (one
-import, not one process per case): glibc's ``mallopt`` fixes the mmap threshold at 64 KiB so
-that every freed buffer larger than that goes back to the operating system, then, for each
-case, after one small warm-up call of the method, ``/proc/self/clear_refs`` is written ``5`` to
-reset the peak-RSS counter and the case runs once: ``VmHWM`` after minus ``VmRSS`` before is
-the peak extra memory of that call (its output included; its inputs, allocated before, not).
-The malloc setting would change timings, which is why timing happens in this process and
-memory in the child.
+Peak extra memory (file ``attention_memory.csv``): resident memory (RSS) in a child process
+in which glibc's ``mallopt`` fixes the mmap threshold at 64 KiB, so that every freed buffer
+larger than that goes back to the operating system; for each case, after one small warm-up
+call of the method, ``/proc/self/clear_refs`` is written ``5`` to reset the peak-RSS counter
+and the case runs once: ``VmHWM`` after minus ``VmRSS`` before is the peak extra memory of
+that call (its output included; its inputs, allocated before, not). Modes: ``no_grad`` (all
+methods, L up to 8192); with autograd (``plain``, ``per_head``, ``blockwise``, ``fused``, L up
+to 4096), ``forward``: the peak during a forward pass with gradients on (what autograd saves
+included) and ``forward_backward``: the peak over the forward and the backward pass.
 
-Writes ``benchmarks/results/attention.csv`` (one row per method, L and causal),
-``attention.png`` (log-log time and memory against L) and ``attention_meta.json`` (date,
-``git describe --always --dirty``, the files ``git status`` reports as changed or untracked,
-the SHA-256 of ``attention_src/efficient.py``, the clock, load, threads, the GFLOP/s of a
-plain ``(4096, 64) @ (64, 4096)`` matmul, targets).
-Targets, printed with whether they hold: blockwise time <= 1.3x fused at L = 4096 (causal and
-not; 1.2x is the aim) and blockwise peak extra memory at L = 8192 <= 1/8 of plain's.
+``attention_meta.json``: date, ``git describe --always --dirty``, the files ``git status``
+reports as changed, the SHA-256 of ``attention_src/efficient.py``,
+``attention_src/profiling.py`` and this file (``tests/test_bench_snapshot.py`` fails when a
+snapshot's hashes no longer match the files), the CPU model and its cache sizes read from
+``/sys``, torch's version, the thread counts, the load average, the matmul rates, and the
+run's duration.
 
-``benchmarks/results/`` is not tracked by git. Chapter 9 reads a tracked snapshot,
-``book/data/ch09_bench_attention.csv`` and ``ch09_bench_attention_meta.json``, written only
-by the explicit step ``python benchmarks/bench_attention.py --snapshot`` (a copy of the last
-full run's files); after a snapshot, re-execute the chapter (``make execute
-NB=book/09_efficient_attention.ipynb``), as after retraining a model.
-
-Usage: python benchmarks/bench_attention.py [--lengths 256 512 ...] [--quick] [--snapshot]
-(a run with other lengths than the default 256 .. 8192 prints its figures but writes nothing)
-Run with OMP_NUM_THREADS=1 (as ``make bench`` does); a whole run takes about 5 minutes on an
-idle 2-core machine, up to 8 under load.
+Usage: python benchmarks/bench_attention.py [--snapshot] [--quick] [--tiles]
+``--quick``: L up to 1024, prints, writes nothing. ``--tiles``: compare tile sizes of
+``blockwise_attention`` against fused at L = 4096, prints, writes nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -68,23 +78,37 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attention_src import blockwise_attention, causal_mask, scaled_dot_product_attention
+from attention_src import causal_mask, scaled_dot_product_attention
+from attention_src.efficient import blockwise_attention, blockwise_attention_per_head
+from attention_src.profiling import KEEP_HEAP_ENV, measure_call
 
 HEADS, D = 8, 64
-METHODS = ("plain", "book", "blockwise", "fused")
+METHODS = ("plain", "book", "per_head", "blockwise", "fused")
+GRAD_METHODS = ("plain", "per_head", "blockwise", "fused")
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
-TIME_TARGET, TIME_AIM, MEMORY_TARGET = 1.3, 1.2, 1 / 8
-RESULTS = Path(__file__).parent / "results"
+GRAD_LENGTHS = [256, 512, 1024, 2048, 4096]
+KEPT_LENGTHS = [1024, 2048, 4096]
+ALL_THREADS = len(os.sched_getaffinity(0))
+# (heap, threads, methods, lengths): the settings timed, each in its own child process
+SETTINGS = (("default", 1, METHODS, DEFAULT_LENGTHS),
+            ("default", ALL_THREADS, tuple(m for m in METHODS if m != "book"), DEFAULT_LENGTHS),
+            ("kept", 1, tuple(m for m in METHODS if m != "book"), KEPT_LENGTHS))
+PER_HEAD_TILE = 512
 ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOT = {"attention.csv": ROOT / "book" / "data" / "ch09_bench_attention.csv",
-            "attention_meta.json": ROOT / "book" / "data" / "ch09_bench_attention_meta.json"}
-CLOCK = "time.thread_time (CPU time of the calling thread; one thread)"
+RESULTS = Path(__file__).parent / "results"
+DATA = ROOT / "book" / "data"
+FILES = {"attention.csv": "ch09_bench_attention.csv",
+         "attention_memory.csv": "ch09_bench_memory.csv",
+         "attention_meta.json": "ch09_bench_attention_meta.json"}
+HASHED = ("attention_src/efficient.py", "attention_src/profiling.py",
+          "benchmarks/bench_attention.py")
 # Okabe-Ito colours, one per method
-COLOURS = {"plain": "#D55E00", "book": "#E69F00", "blockwise": "#0072B2", "fused": "#009E73"}
+COLOURS = {"plain": "#D55E00", "book": "#E69F00", "per_head": "#CC79A7",
+           "blockwise": "#0072B2", "fused": "#009E73"}
 
 
 def repeats_for(length: int) -> int:
-    """Fewer repeats where one call takes seconds (the whole run stays within ~6 minutes)."""
+    """Fewer repeats where one call takes seconds."""
     return 7 if length <= 1024 else 5 if length <= 4096 else 3
 
 
@@ -108,7 +132,10 @@ def make_call(method: str, q, k, v, mask, causal: bool):
             return plain
         return lambda: torch.softmax((q * scale) @ kt, dim=-1) @ v
     if method == "book":
-        return lambda: scaled_dot_product_attention(q, k, v, mask)
+        return lambda: scaled_dot_product_attention(q, k, v, mask)[0]
+    if method == "per_head":
+        return lambda: blockwise_attention_per_head(q, k, v, causal, PER_HEAD_TILE,
+                                                    query_block_size=PER_HEAD_TILE)
     if method == "blockwise":
         return lambda: blockwise_attention(q, k, v, causal)
     if method == "fused":
@@ -122,41 +149,66 @@ def useful_gflop(length: int, causal: bool) -> float:
     return 4 * pairs * D * HEADS / 1e9
 
 
-def time_cases(length: int, causal: bool, repeats: int) -> dict[str, float]:
-    """Median time of each method; every output is checked against the fused kernel's."""
+# ------------------------------------------------------------------------ timing (child)
+
+
+def time_cases(methods, length: int, causal: bool, repeats: int) -> dict[str, dict]:
+    """Median wall, CPU, user and system time (ms) and minor faults of each method."""
     q, k, v, mask = make_inputs(length, causal)
-    calls = {m: make_call(m, q, k, v, mask, causal) for m in METHODS}
-    order = ["fused"] + [m for m in METHODS if m != "fused"]  # the reference first
+    order = ["fused"] + [m for m in methods if m != "fused"]  # the reference first
+    calls = {m: make_call(m, q, k, v, mask, causal) for m in order}
     for m in order:  # warm-up: first-call allocations and caches are not timed
         calls[m]()
-    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    costs: dict[str, list] = {m: [] for m in order}
     ref = None
     for r in range(repeats):
         for m in order:
-            start = time.thread_time()  # CPU time of this thread (see the docstring)
-            out = calls[m]()
-            times[m].append(time.thread_time() - start)
-            out = out[0] if isinstance(out, tuple) else out
+            out, cost = measure_call(calls[m], scope="process")
+            costs[m].append(cost)
             if r == 0 and m == "fused":
                 ref = out
             elif r == 0:
                 torch.testing.assert_close(out, ref, atol=1e-5, rtol=0,
                                            msg=f"{m} differs from fused at L={length}")
             del out
-    return {m: statistics.median(t) for m, t in times.items()}
+    return {m: {f: statistics.median(getattr(c, f) for c in costs[m])
+                for f in ("wall_ms", "cpu_ms", "user_ms", "system_ms", "minor_faults")}
+            for m in order}
 
 
-def matmul_gflops(repeats: int = 7) -> float:
-    """GFLOP/s of a plain (4096, 64) @ (64, 4096) matmul, median time of ``repeats``."""
+def matmul_rates(repeats: int = 7) -> dict[str, float]:
+    """The (4096, 64) @ (64, 4096) product into a fresh result and into ``out=``: GFLOP/s of
+    the median wall time, and the median CPU, user and system time (ms) and faults."""
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(4096, 64, generator=g), torch.randn(64, 4096, generator=g)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        a @ b
-        times.append(time.thread_time() - start)
-    return 2 * 4096 * 4096 * 64 / statistics.median(times) / 1e9
+    out = torch.empty(4096, 4096)
+    calls = {"fresh": lambda: a @ b, "out": lambda: torch.matmul(a, b, out=out)}
+    result = {}
+    for name, fn in calls.items():
+        fn()
+        costs = [measure_call(fn, scope="process")[1] for _ in range(repeats)]
+        wall = statistics.median(c.wall_ms for c in costs)
+        result[f"matmul_{name}_gflops"] = 2 * 4096 * 4096 * 64 / (wall * 1e-3) / 1e9
+        for f in ("cpu_ms", "user_ms", "system_ms", "minor_faults"):
+            result[f"matmul_{name}_{f}"] = statistics.median(getattr(c, f) for c in costs)
+    return result
+
+
+def timing_child(threads: int, methods, lengths) -> dict:
+    torch.set_num_threads(threads)
+    rows = []
+    with torch.no_grad():
+        extra = matmul_rates() if threads == 1 else {}
+        for length in lengths:
+            for causal in (False, True):
+                med = time_cases(methods, length, causal, repeats_for(length))
+                for m in methods:
+                    rows.append({"method": m, "L": length, "causal": causal, **med[m],
+                                 "repeats": repeats_for(length)})
+                line = "  ".join(f"{m} {med[m]['wall_ms']:8.1f}" for m in methods)
+                print(f"  threads {threads} L={length:5d} {'causal' if causal else 'full  '} "
+                      f"wall ms: {line}", file=sys.stderr, flush=True)
+    return {"rows": rows, "threads": torch.get_num_threads(), **extra}
 
 
 # ------------------------------------------------------------------------ memory (child)
@@ -172,33 +224,51 @@ def _proc_status() -> dict[str, int]:
     return values
 
 
-def measure_memory(lengths: list[int]) -> dict[str, float]:
-    """Peak extra RSS in bytes of each (method, L, causal); run in a child process."""
+def _reset_peak() -> int:
+    """Reset the peak-RSS counter (VmHWM) to the current RSS; return the current RSS."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _proc_status()["VmRSS"]
+
+
+def memory_child(lengths: list[int], grad: bool) -> dict[str, float]:
+    """Peak extra RSS in bytes of each (method, L, causal[, mode])."""
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: fixed, so freed buffers are unmapped
     libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: return freed heap tops as well
+    methods = GRAD_METHODS if grad else METHODS
     results = {}
-    with torch.no_grad():
-        for causal in (False, True):
-            small = make_inputs(256, causal)
-            for m in METHODS:  # warm-up of each code path at a small size
-                make_call(m, *small, causal)()
-            for length in lengths:
-                q, k, v, mask = make_inputs(length, causal)
-                for m in METHODS:
-                    call = make_call(m, q, k, v, mask, causal)
-                    with open("/proc/self/clear_refs", "w") as f:
-                        f.write("5")  # reset VmHWM (the peak RSS) to the current RSS
-                    before = _proc_status()["VmRSS"]
+    for causal in (False, True):
+        small = make_inputs(256, causal)
+        for t in small[:3]:
+            t.requires_grad_(grad)
+        for m in methods:  # warm-up of each code path at a small size
+            out = make_call(m, *small, causal)()
+            if grad:
+                out.backward(torch.ones_like(out))
+        for length in lengths:
+            q, k, v, mask = make_inputs(length, causal)
+            for m in methods:
+                for t in (q, k, v):
+                    t.requires_grad_(grad)
+                    t.grad = None
+                call = make_call(m, q, k, v, mask, causal)
+                with torch.set_grad_enabled(grad):
+                    before = _reset_peak()
                     out = call()
-                    peak = _proc_status()["VmHWM"]
+                    forward = _proc_status()["VmHWM"] - before
+                    if grad:
+                        out.backward(torch.ones_like(out))
+                        results[f"{m},{length},{int(causal)},forward_backward"] = max(
+                            _proc_status()["VmHWM"] - before, 0)
                     del out
-                    results[f"{m},{length},{int(causal)}"] = max(peak - before, 0)
-                del q, k, v, mask
+                mode = "forward" if grad else "no_grad"
+                results[f"{m},{length},{int(causal)},{mode}"] = max(forward, 0)
+            del q, k, v, mask
     return results
 
 
-# ----------------------------------------------------------------------------- reporting
+# ----------------------------------------------------------------------------- the parent
 
 
 def _git(*args: str) -> str:
@@ -210,181 +280,219 @@ def _git(*args: str) -> str:
         return "unknown"
 
 
-def provenance() -> dict:
-    """What code produced the numbers: ``git describe --always --dirty``, the files git
-    reports as modified or untracked, and the SHA-256 of the blockwise implementation."""
-    source = ROOT / "attention_src" / "efficient.py"
-    status = _git("status", "--porcelain", "--untracked-files=all")
-    return {"commit": _git("describe", "--always", "--dirty"),
-            "git_status": status.splitlines() if status != "unknown" else ["unknown"],
-            "efficient_py_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
+def file_hashes() -> dict[str, str]:
+    """SHA-256 of the files whose code produced the numbers."""
+    return {name: hashlib.sha256((ROOT / name).read_bytes()).hexdigest() for name in HASHED}
 
 
-def snapshot() -> None:
-    """Copy the last full run's CSV and metadata into book/data/ for chapter 9."""
-    for name, target in SNAPSHOT.items():
-        if not (RESULTS / name).exists():
-            sys.exit(f"no {RESULTS / name}: run the full benchmark first")
-        shutil.copyfile(RESULTS / name, target)
-        print(f"copied {RESULTS / name} -> {target.relative_to(ROOT)}")
-    print("now re-execute chapter 9: make execute NB=book/09_efficient_attention.ipynb")
+def machine() -> dict:
+    """The CPU's model, cores and cache sizes as the operating system reports them."""
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    caches = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+            shared = (index / "shared_cpu_list").read_text().strip()
+        except OSError:
+            continue
+        if kind != "Instruction":
+            caches[f"L{level}"] = {"size": size, "shared_cpu_list": shared}
+    return {"cpu_model": model, "cpus": ALL_THREADS, "caches": caches,
+            "libc": " ".join(platform.libc_ver())}
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def run_child(args: list[str], env_extra: dict | None = None, threads: int = 1) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+    env.update(env_extra or {})
+    child = subprocess.run([sys.executable, __file__, *args], capture_output=False,
+                           stdout=subprocess.PIPE, text=True, check=True, env=env)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def measure(lengths: list[int], quick: bool) -> tuple[list[dict], list[dict], dict]:
+    timing_rows, extra = [], {}
+    for heap, threads, methods, setting_lengths in SETTINGS:
+        use = [x for x in setting_lengths if x in lengths] or lengths[-1:]
+        started = time.perf_counter()
+        data = run_child(["--timing-child", "--threads", str(threads), "--methods", *methods,
+                          "--lengths", *map(str, use)],
+                         KEEP_HEAP_ENV if heap == "kept" else None, threads)
+        print(f"timed heap={heap}, {data['threads']} thread(s) "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+        for r in data["rows"]:
+            timing_rows.append({**r, "threads": data["threads"], "heap": heap})
+        if heap == "default" and threads == 1:
+            extra.update({k: v for k, v in data.items() if k.startswith("matmul")})
+    for r in timing_rows:
+        ref = next(f for f in timing_rows if f["method"] == "fused" and f["L"] == r["L"]
+                   and f["causal"] == r["causal"] and f["threads"] == r["threads"]
+                   and f["heap"] == r["heap"])
+        r["wall_ratio_fused"] = r["wall_ms"] / ref["wall_ms"]
+        r["cpu_ratio_fused"] = r["cpu_ms"] / ref["cpu_ms"]
+        r["gflops_wall"] = useful_gflop(r["L"], r["causal"]) / (r["wall_ms"] * 1e-3)
+    memory_rows = []
+    for grad, mem_lengths in ((False, lengths), (True, [x for x in GRAD_LENGTHS
+                                                        if x in lengths] or lengths[:1])):
+        started = time.perf_counter()
+        data = run_child(["--memory-child", *(["--grad"] if grad else []), "--lengths",
+                          *map(str, mem_lengths)])
+        print(f"memory measured, {'with' if grad else 'without'} autograd "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+        for key, value in data.items():
+            m, length, causal, mode = key.split(",")
+            memory_rows.append({"method": m, "L": int(length), "causal": causal == "1",
+                                "mode": mode, "peak_extra_mib": value / 2**20})
+    return timing_rows, memory_rows, extra
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v)
+                             for k, v in r.items()})
+
+
+def plot(rows: list[dict], memory_rows: list[dict], path: Path) -> None:
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for m in METHODS:
-        for causal, style in ((False, "-"), (True, "--")):
-            sel = [r for r in rows if r["method"] == m and r["causal"] == causal]
-            lengths = [r["L"] for r in sel]
-            label = f"{m}{' (causal)' if causal else ''}"
-            axes[0].plot(lengths, [r["time_s"] for r in sel], style, marker="o",
-                         color=COLOURS[m], label=label)
-            mem = [(r["L"], r["peak_extra_mib"]) for r in sel if r["peak_extra_mib"] > 0]
-            if mem:
-                axes[1].plot(*zip(*mem, strict=True), style, marker="o", color=COLOURS[m],
-                             label=label)
+        for threads, style in ((1, "-"), (ALL_THREADS, ":")):
+            sel = [r for r in rows if r["method"] == m and not r["causal"]
+                   and r["threads"] == threads and r["heap"] == "default"]
+            if sel:
+                axes[0].plot([r["L"] for r in sel], [r["wall_ratio_fused"] for r in sel],
+                             style, marker="o", color=COLOURS[m],
+                             label=f"{m}, {threads} thread(s)")
+        sel = [r for r in memory_rows if r["method"] == m and not r["causal"]
+               and r["mode"] == "no_grad" and r["peak_extra_mib"] > 0]
+        if sel:
+            axes[1].plot([r["L"] for r in sel], [r["peak_extra_mib"] for r in sel], "-",
+                         marker="o", color=COLOURS[m], label=m)
     axes[0].set(xscale="log", yscale="log", xlabel="sequence length L (tokens)",
-                ylabel="median CPU time per call (s)", title="Time, 8 heads, d = 64, float32")
+                ylabel="median wall time / fused kernel's", title="Time, 8 heads, d = 64")
     axes[1].set(xscale="log", yscale="log", xlabel="sequence length L (tokens)",
                 ylabel="peak extra memory (MiB)", title="Peak extra resident memory")
     for ax in axes:
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xticks(sorted({r["L"] for r in rows}))
-        ax.set_xticklabels([str(x) for x in sorted({r["L"] for r in rows})])
-        ax.grid(True, which="major", alpha=0.3)
-    axes[0].legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
+def report(rows: list[dict], memory_rows: list[dict], extra: dict) -> None:
+    print(f"\n{'method':10s} {'L':>5s} {'mask':6s} {'thr':>3s} {'heap':7s} {'wall ms':>9s} "
+          f"{'x fused':>8s} {'user ms':>8s} {'sys ms':>7s} {'faults':>8s}")
+    for r in rows:
+        if r["L"] == 4096:
+            print(f"{r['method']:10s} {r['L']:5d} {'causal' if r['causal'] else 'full':6s} "
+                  f"{r['threads']:3d} {r['heap']:7s} {r['wall_ms']:9.1f} "
+                  f"{r['wall_ratio_fused']:8.2f} {r['user_ms']:8.1f} {r['system_ms']:7.1f} "
+                  f"{r['minor_faults']:8.0f}")
+    for r in memory_rows:
+        if r["L"] == 4096 and not r["causal"]:
+            print(f"memory {r['method']:10s} L=4096 {r['mode']:17s} "
+                  f"{r['peak_extra_mib']:9.1f} MiB")
+    for k, v in extra.items():
+        if k.endswith("gflops"):
+            print(f"{k}: {v:.1f} GFLOP/s")
+
+
+def tile_sweep() -> None:
+    """Wall time of blockwise_attention with several tile sizes against fused, L = 4096."""
+    q, k, v, _ = make_inputs(4096, False)
+    sizes = [(512, 512), (256, 512), (256, 256), (128, 512), (128, 256)]
+    for threads in sorted({1, ALL_THREADS}):
+        torch.set_num_threads(threads)
+        calls = {"fused": lambda: F.scaled_dot_product_attention(q, k, v)}
+        for bq, bk in sizes:
+            calls[f"{bq}x{bk}"] = (lambda bq=bq, bk=bk: blockwise_attention(
+                q, k, v, block_size=bk, query_block_size=bq))
+        walls: dict[str, list[float]] = {n: [] for n in calls}
+        with torch.no_grad():
+            for fn in calls.values():
+                fn()
+            for _ in range(5):
+                for n, fn in calls.items():
+                    walls[n].append(measure_call(fn, scope="process")[1].wall_ms)
+        ref = statistics.median(walls["fused"])
+        print(f"{threads} thread(s): " + ", ".join(
+            f"{n} {statistics.median(w) / ref:.3f}" for n, w in walls.items()))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=DEFAULT_LENGTHS)
-    p.add_argument("--quick", action="store_true", help="L up to 1024, for a smoke test")
-    p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--plot-only", action="store_true",
-                   help="redraw attention.png from the stored attention.csv")
     p.add_argument("--snapshot", action="store_true",
-                   help="copy the last full run's results into book/data/ for chapter 9")
+                   help="also write the results into book/data/ for chapter 9")
+    p.add_argument("--quick", action="store_true", help="L up to 1024; writes nothing")
+    p.add_argument("--tiles", action="store_true", help="compare tile sizes at L = 4096")
+    p.add_argument("--timing-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--grad", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), help=argparse.SUPPRESS)
+    p.add_argument("--lengths", type=int, nargs="+", default=DEFAULT_LENGTHS,
+                   help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.snapshot:
-        snapshot()
+    if args.timing_child:
+        print(json.dumps(timing_child(args.threads, args.methods, args.lengths)))
         return
-    if args.plot_only:
-        with open(RESULTS / "attention.csv") as f:
-            rows = [{**r, "L": int(r["L"]), "causal": r["causal"] == "True",
-                     "time_s": float(r["time_s"]), "peak_extra_mib": float(r["peak_extra_mib"])}
-                    for r in csv.DictReader(f)]
-        plot(rows, RESULTS / "attention.png")
-        return
-    lengths = [x for x in args.lengths if x <= 1024] if args.quick else args.lengths
     if args.memory_child:
-        print(json.dumps(measure_memory(lengths)))
+        print(json.dumps(memory_child(args.lengths, args.grad)))
         return
-
+    if args.tiles:
+        tile_sweep()
+        return
+    if args.quick and args.snapshot:
+        sys.exit("--quick measures too little for a snapshot")
+    lengths = [x for x in DEFAULT_LENGTHS if x <= 1024] if args.quick else DEFAULT_LENGTHS
     started = time.perf_counter()
     load = os.getloadavg()
-    print(f"attention: batch 1, {HEADS} heads, d {D}, float32, {torch.get_num_threads()} "
-          f"thread(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; clock {CLOCK}")
-    child = subprocess.run([sys.executable, __file__, "--memory-child", "--lengths",
-                            *map(str, lengths)], capture_output=True, text=True, check=True)
-    memory = json.loads(child.stdout.strip().splitlines()[-1])
-    print(f"memory measured in a child process ({time.perf_counter() - started:.0f} s)")
-
-    gflops_matmul = matmul_gflops()
-    rows = []
-    with torch.no_grad():
-        for length in lengths:
-            for causal in (False, True):
-                times = time_cases(length, causal, repeats_for(length))
-                for m in METHODS:
-                    mem = memory[f"{m},{length},{int(causal)}"]
-                    mem_fused = memory[f"fused,{length},{int(causal)}"]
-                    rows.append({
-                        "method": m, "L": length, "causal": causal,
-                        "time_s": times[m], "time_ratio_fused": times[m] / times["fused"],
-                        "peak_extra_mib": mem / 2**20,
-                        "mem_ratio_fused": mem / mem_fused if mem_fused else float("nan"),
-                        "gflops": useful_gflop(length, causal) / times[m],
-                        "repeats": repeats_for(length),
-                    })
-                line = "  ".join(f"{m} {times[m] * 1e3:8.1f} ms" for m in METHODS)
-                print(f"L={length:5d} {'causal' if causal else 'full  '} {line}")
-
-    partial = lengths != DEFAULT_LENGTHS  # a partial run prints, but keeps the stored results
-    if not partial:
-        write_results(rows)
-    report(rows, lengths, gflops_matmul, load, started, partial)
-
-
-def write_results(rows: list[dict]) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "attention.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v)
-                             for k, v in r.items()})
-    plot(rows, RESULTS / "attention.png")
-
-
-def report(rows, lengths, gflops_matmul, load, started, partial) -> None:
-    def row(m, length, causal):
-        return next(r for r in rows if r["method"] == m and r["L"] == length
-                    and r["causal"] == causal)
-
-    print(f"\n{'method':10s} {'L':>5s} {'mask':6s} {'time ms':>9s} {'x fused':>8s} "
-          f"{'GFLOP/s':>8s} {'mem MiB':>9s} {'x fused':>8s}")
-    for r in rows:
-        if r["L"] in (lengths[-1], 4096):
-            print(f"{r['method']:10s} {r['L']:5d} {'causal' if r['causal'] else 'full':6s} "
-                  f"{r['time_s'] * 1e3:9.1f} {r['time_ratio_fused']:8.2f} {r['gflops']:8.1f} "
-                  f"{r['peak_extra_mib']:9.1f} {r['mem_ratio_fused']:8.1f}")
-    print(f"plain (4096, 64) @ (64, 4096) matmul: {gflops_matmul:.1f} GFLOP/s")
-
-    targets = {}
-    if 4096 in lengths:
-        for causal in (False, True):
-            ratio = row("blockwise", 4096, causal)["time_ratio_fused"]
-            name = f"blockwise time / fused, L=4096, {'causal' if causal else 'full'}"
-            targets[name] = {"value": ratio, "target": TIME_TARGET, "aim": TIME_AIM,
-                             "holds": ratio <= TIME_TARGET}
-            verdict = "ok" if ratio <= TIME_AIM else "ok (above the 1.2 aim)" if (
-                ratio <= TIME_TARGET) else "MISSED"
-            print(f"TARGET {name}: {ratio:.3f} <= {TIME_TARGET}: {verdict}")
-    if 8192 in lengths:
-        for causal in (False, True):
-            ratio = (row("blockwise", 8192, causal)["peak_extra_mib"]
-                     / row("plain", 8192, causal)["peak_extra_mib"])
-            name = f"blockwise memory / plain, L=8192, {'causal' if causal else 'full'}"
-            targets[name] = {"value": ratio, "target": MEMORY_TARGET,
-                             "holds": ratio <= MEMORY_TARGET}
-            print(f"TARGET {name}: {ratio:.4f} <= {MEMORY_TARGET:.3f}: "
-                  f"{'ok' if ratio <= MEMORY_TARGET else 'MISSED'}")
+    print(f"attention: batch 1, {HEADS} heads, d {D}, float32; threads 1 and {ALL_THREADS}; "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    rows, memory_rows, extra = measure(lengths, args.quick)
+    report(rows, memory_rows, extra)
+    if args.quick:
+        print(f"quick run: nothing written ({time.perf_counter() - started:.0f} s)")
+        return
     load_end = os.getloadavg()
     meta = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **provenance(), "clock": CLOCK, "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "heads": HEADS, "d": D, "batch": 1,
-        "load_average_start": load, "load_average_end": load_end,
-        "matmul_4096x64x4096_gflops": gflops_matmul, "targets": targets,
+        "commit": _git("describe", "--always", "--dirty"),
+        "git_status": _git("status", "--porcelain", "--untracked-files=no").splitlines(),
+        "sha256": file_hashes(), **machine(), "torch": torch.__version__,
+        "threads": sorted({1, ALL_THREADS}), "heads": HEADS, "d": D, "batch": 1,
+        "per_head_tile": PER_HEAD_TILE, "kept_heap_env": KEEP_HEAP_ENV,
+        "load_average_start": load, "load_average_end": load_end, **extra,
         "seconds": time.perf_counter() - started,
     }
-    if partial:
-        print(f"load average at the end {load_end[0]:.2f}; partial run (--lengths or --quick): "
-              f"results not written ({meta['seconds']:.0f} s)")
-        return
+    RESULTS.mkdir(exist_ok=True)
+    write_csv(rows, RESULTS / "attention.csv")
+    write_csv(memory_rows, RESULTS / "attention_memory.csv")
     (RESULTS / "attention_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    plot(rows, memory_rows, RESULTS / "attention.png")
     print(f"load average at the end {load_end[0]:.2f}; wrote {RESULTS}/attention.csv, "
-          f"attention.png, attention_meta.json ({meta['seconds']:.0f} s); chapter 9 reads "
-          f"book/data/, updated only by --snapshot")
+          f"attention_memory.csv, attention_meta.json, attention.png ({meta['seconds']:.0f} s)")
+    if args.snapshot:
+        for name, target in FILES.items():
+            shutil.copyfile(RESULTS / name, DATA / target)
+            print(f"snapshot: {DATA / target}")
+        print("now re-execute chapter 9: make execute NB=book/09_efficient_attention.ipynb")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ and a full forward pass of the model at every decoding step.
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention_src import efficient
 from attention_src.attention import scaled_dot_product_attention
@@ -24,6 +26,7 @@ from attention_src.efficient import (
     BlockCounts,
     KVCache,
     blockwise_attention,
+    blockwise_attention_per_head,
     generate,
     grouped_query_attention,
     kv_cache_bytes,
@@ -31,10 +34,14 @@ from attention_src.efficient import (
     online_softmax_stats,
 )
 from attention_src.language_model import AttentionOnlyTransformer
+from attention_src.profiling import TensorMemory
 from attention_src.softmax import causal_mask
 from tests.conftest import PROPERTY, TOL, qkv, qkv_and_mask, randn, random_mask, seeds
 
 block_sizes = st.integers(1, 8)
+#: Both implementations: every tile for all (batch, head) pairs at once, and one pair at a time
+ATTEND = pytest.mark.parametrize("attend", [blockwise_attention, blockwise_attention_per_head],
+                                 ids=["batched", "per_head"])
 
 
 def _qkv(seed, batch, L_q, L_k, d_k=8, d_v=5, dtype=torch.float64, scale=1.0):
@@ -97,9 +104,10 @@ def test_online_softmax_with_minus_inf_entries():
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_blockwise_equals_torch_sdpa(causal, L_q, L_k, block_size, query_block_size, dtype):
+@ATTEND
+def test_blockwise_equals_torch_sdpa(attend, causal, L_q, L_k, block_size, query_block_size, dtype):
     q, k, v = _qkv(0, (2, 3), L_q, L_k, dtype=dtype)
-    out = blockwise_attention(q, k, v, causal=causal, block_size=block_size,
+    out = attend(q, k, v, causal=causal, block_size=block_size,
                               query_block_size=query_block_size)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     assert out.shape == (2, 3, L_q, 5) and out.dtype == dtype
@@ -108,61 +116,67 @@ def test_blockwise_equals_torch_sdpa(causal, L_q, L_k, block_size, query_block_s
 
 @pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_blockwise_batch_dimensions(batch, causal):
+@ATTEND
+def test_blockwise_batch_dimensions(attend, batch, causal):
     q, k, v = _qkv(1, batch, 23, 23)
-    out = blockwise_attention(q, k, v, causal, 6, query_block_size=4)
+    out = attend(q, k, v, causal, 6, query_block_size=4)
     assert out.shape == (*batch, 23, 5)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     torch.testing.assert_close(out, ref, **TOL[torch.float64])
 
 
-def test_blockwise_default_blocks_on_a_long_sequence():
+@ATTEND
+def test_blockwise_default_blocks_on_a_long_sequence(attend):
     q, k, v = _qkv(2, (2,), 700, 700, d_k=16, d_v=16, dtype=torch.float32)
     for causal in (False, True):
-        torch.testing.assert_close(blockwise_attention(q, k, v, causal),
+        torch.testing.assert_close(attend(q, k, v, causal),
                                    F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                    **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_blockwise_rescales_when_the_maximum_grows(causal):
+@ATTEND
+def test_blockwise_rescales_when_the_maximum_grows(attend, causal):
     # Scores rise along the keys, so every new key block raises the running maximum: an
     # accumulator that is not rescaled by exp(m_old - m_new) is wrong by a large factor.
     L, d = 32, 4
     q = torch.ones(1, L, d, dtype=torch.float64)
     k = torch.linspace(0, 8, L, dtype=torch.float64).view(1, L, 1).expand(1, L, d)
     v = randn(3, 1, L, 3)
-    out = blockwise_attention(q, k, v, causal, 4, query_block_size=8)
+    out = attend(q, k, v, causal, 4, query_block_size=8)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                **TOL[torch.float64])
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_blockwise_huge_scores_do_not_overflow(causal):
+@ATTEND
+def test_blockwise_huge_scores_do_not_overflow(attend, causal):
     q, k, v = _qkv(4, (2,), 19, 19, dtype=torch.float32, scale=30.0)  # scores ~ 1e3..1e4
-    out = blockwise_attention(q, k, v, causal, 5, query_block_size=3)
+    out = attend(q, k, v, causal, 5, query_block_size=3)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                **TOL[torch.float32])
 
 
-def test_blockwise_scale_argument():
+@ATTEND
+def test_blockwise_scale_argument(attend):
     q, k, v = _qkv(5, (3,), 11, 13)
     for scale in (0.0, 0.1, 2.0):
         torch.testing.assert_close(
-            blockwise_attention(q, k, v, block_size=4, query_block_size=3, scale=scale),
+            attend(q, k, v, block_size=4, query_block_size=3, scale=scale),
             F.scaled_dot_product_attention(q, k, v, scale=scale), **TOL[torch.float64])
 
 
 # ------------------------------------------------------------------------ masks and properties
 
 
-def test_fully_masked_row_returns_zeros():
+@ATTEND
+def test_fully_masked_row_returns_zeros(attend):
     q, k, v = _qkv(6, (2,), 5, 7)
     mask = torch.ones(5, 7, dtype=torch.bool)
     mask[2] = False  # query 2 may attend to nothing
     mask[4, :4] = False  # query 4 only to keys 4.. (its first key block is fully masked)
-    out = blockwise_attention(q, k, v, block_size=3, query_block_size=2, mask=mask)
+    out = attend(q, k, v, block_size=3, query_block_size=2, mask=mask)
     assert torch.isfinite(out).all()
     assert torch.equal(out[:, 2], torch.zeros(2, 5, dtype=q.dtype))
     ref, _ = scaled_dot_product_attention(q, k, v, mask)
@@ -172,9 +186,10 @@ def test_fully_masked_row_returns_zeros():
 @PROPERTY
 @given(data=qkv_and_mask(), causal=st.booleans(), block_size=block_sizes,
        query_block_size=block_sizes)
-def test_blockwise_equals_the_book_attention(data, causal, block_size, query_block_size):
+@ATTEND
+def test_blockwise_equals_the_book_attention(attend, data, causal, block_size, query_block_size):
     q, k, v, mask = data
-    out = blockwise_attention(q, k, v, causal, block_size, query_block_size=query_block_size,
+    out = attend(q, k, v, causal, block_size, query_block_size=query_block_size,
                               mask=mask)
     full = mask
     if causal:
@@ -187,27 +202,30 @@ def test_blockwise_equals_the_book_attention(data, causal, block_size, query_blo
 @PROPERTY
 @given(data=qkv(scale=3.0), causal=st.booleans(), sizes=st.lists(block_sizes, min_size=4,
                                                                 max_size=4))
-def test_blockwise_does_not_depend_on_the_block_sizes(data, causal, sizes):
+@ATTEND
+def test_blockwise_does_not_depend_on_the_block_sizes(attend, data, causal, sizes):
     q, k, v = data
-    a = blockwise_attention(q, k, v, causal, sizes[0], query_block_size=sizes[1])
-    b = blockwise_attention(q, k, v, causal, sizes[2], query_block_size=sizes[3])
+    a = attend(q, k, v, causal, sizes[0], query_block_size=sizes[1])
+    b = attend(q, k, v, causal, sizes[2], query_block_size=sizes[3])
     torch.testing.assert_close(a, b, **TOL[torch.float64])
 
 
-def test_empty_sequences_give_an_empty_or_zero_output():
+@ATTEND
+def test_empty_sequences_give_an_empty_or_zero_output(attend):
     q, k, v = _qkv(7, (2,), 3, 0)
-    assert torch.equal(blockwise_attention(q, k, v), torch.zeros(2, 3, 5, dtype=q.dtype))
+    assert torch.equal(attend(q, k, v), torch.zeros(2, 3, 5, dtype=q.dtype))
     q, k, v = _qkv(7, (2,), 0, 4)
-    assert blockwise_attention(q, k, v).shape == (2, 0, 5)
+    assert attend(q, k, v).shape == (2, 0, 5)
 
 
 # -------------------------------------------------------------------------------- gradients
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_gradients_equal_torch_sdpa(causal):
+@ATTEND
+def test_gradients_equal_torch_sdpa(attend, causal):
     q, k, v = (t.requires_grad_() for t in _qkv(8, (2,), 13, 13))
-    out = blockwise_attention(q, k, v, causal, 4, query_block_size=3)
+    out = attend(q, k, v, causal, 4, query_block_size=3)
     weights = randn(9, *out.shape)  # a random linear functional of the output
     grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -216,11 +234,12 @@ def test_gradients_equal_torch_sdpa(causal):
         torch.testing.assert_close(g, r, **TOL[torch.float64])
 
 
-def test_gradients_with_a_fully_masked_row_are_finite_and_correct():
+@ATTEND
+def test_gradients_with_a_fully_masked_row_are_finite_and_correct(attend):
     q, k, v = (t.requires_grad_() for t in _qkv(10, (), 6, 6))
     mask = random_mask(11, 6, 6)
     mask[1] = False
-    out = blockwise_attention(q, k, v, block_size=2, query_block_size=4, mask=mask)
+    out = attend(q, k, v, block_size=2, query_block_size=4, mask=mask)
     grads = torch.autograd.grad(out.square().sum(), (q, k, v))
     ref, _ = scaled_dot_product_attention(q, k, v, mask)
     ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
@@ -263,27 +282,226 @@ def _tiles_with_a_visible_pair(L_q, L_k, query_block_size, block_size):
     ("L_q", "L_k", "block_size", "query_block_size"),
     [(64, 64, 8, 8), (100, 100, 32, 32), (37, 53, 8, 5), (53, 37, 4, 16), (128, 128, 16, 64)],
 )
-def test_causal_skips_exactly_the_blocks_above_the_diagonal(L_q, L_k, block_size,
+@ATTEND
+def test_causal_skips_exactly_the_blocks_above_the_diagonal(attend, L_q, L_k, block_size,
                                                             query_block_size):
     q, k, v = _qkv(12, (2,), L_q, L_k)
     with _CountMatmuls() as mode:
-        _, counts = blockwise_attention(q, k, v, True, block_size,
+        _, counts = attend(q, k, v, True, block_size,
                                         query_block_size=query_block_size, return_counts=True)
     n_tiles = math.ceil(L_q / query_block_size) * math.ceil(L_k / block_size)
     expected = _tiles_with_a_visible_pair(L_q, L_k, query_block_size, block_size)
     assert counts == BlockCounts(expected, n_tiles - expected, n_tiles)
-    # one Q K^T and one P V product per computed tile, for each of the 2 batch entries
-    assert mode.calls == 2 * 2 * expected
-    _, full = blockwise_attention(q, k, v, False, block_size,
+    # one Q K^T and one P V product per computed tile: for both batch entries at once
+    # (batched), or for each of the 2 entries in turn (per head)
+    per_tile = 2 if attend is blockwise_attention else 2 * 2
+    assert mode.calls == per_tile * expected
+    _, full = attend(q, k, v, False, block_size,
                                   query_block_size=query_block_size, return_counts=True)
     assert full == BlockCounts(n_tiles, 0, n_tiles)
 
 
-def test_causal_computes_about_half_the_tiles():
+@ATTEND
+def test_causal_computes_about_half_the_tiles(attend):
     q, k, v = _qkv(13, (), 256, 256, dtype=torch.float32)
-    _, counts = blockwise_attention(q, k, v, True, 32, query_block_size=32, return_counts=True)
+    _, counts = attend(q, k, v, True, 32, query_block_size=32, return_counts=True)
     n = 256 // 32
     assert counts.computed == n * (n + 1) // 2  # the lower triangle and the diagonal: 36 of 64
+
+
+# ------------------- the batched loop, the per-head loop and the recomputing backward pass
+
+
+def _gradients(out, inputs, seed=60):
+    """Gradients of a random linear functional of ``out`` with respect to ``inputs``."""
+    weights = randn(seed, *out.shape, dtype=out.dtype)
+    return torch.autograd.grad((out * weights).sum(), inputs)
+
+
+@PROPERTY
+@given(data=qkv_and_mask(), causal=st.booleans(), block_size=block_sizes,
+       query_block_size=block_sizes)
+def test_batched_loop_equals_the_per_head_loop(data, causal, block_size, query_block_size):
+    q, k, v, mask = data
+    args = dict(causal=causal, block_size=block_size, query_block_size=query_block_size,
+                mask=mask, return_counts=True)
+    out, counts = blockwise_attention(q, k, v, **args)
+    ref, ref_counts = blockwise_attention_per_head(q, k, v, **args)
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+    assert counts == ref_counts
+
+
+@PROPERTY
+@given(data=qkv_and_mask(), causal=st.booleans(), block_size=block_sizes,
+       query_block_size=block_sizes)
+def test_recomputing_backward_equals_autograd_through_the_per_head_loop(
+        data, causal, block_size, query_block_size):
+    q, k, v, mask = (t.requires_grad_() if t.is_floating_point() else t for t in data)
+    args = dict(causal=causal, block_size=block_size, query_block_size=query_block_size,
+                mask=mask)
+    grads = _gradients(blockwise_attention(q, k, v, **args), (q, k, v))
+    ref = _gradients(blockwise_attention_per_head(q, k, v, **args), (q, k, v))
+    for g, r in zip(grads, ref, strict=True):
+        torch.testing.assert_close(g, r, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_recomputing_backward_passes_gradcheck(causal):
+    # finite differences, independent of any backward formula; query 2 sees no key at all
+    q, k, v = (t.requires_grad_() for t in _qkv(61, (2,), 7, 9, d_k=3, d_v=2))
+    mask = random_mask(62, 7, 9, p=0.8)
+    mask[2] = False
+
+    def f(q, k, v):
+        return blockwise_attention(q, k, v, causal, 4, query_block_size=3, mask=mask)
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_backward_of_only_the_inputs_that_need_it():
+    q, k, v = _qkv(63, (2,), 10, 12)
+    v.requires_grad_()
+    out = blockwise_attention(q, k, v, block_size=4, query_block_size=3)
+    (grad_v,) = _gradients(out, (v,))
+    ref = _gradients(F.scaled_dot_product_attention(q, k, v), (v,))[0]
+    torch.testing.assert_close(grad_v, ref, **TOL[torch.float64])
+
+
+def test_the_custom_backward_is_used_only_where_a_gradient_is_needed():
+    q, k, v = _qkv(64, (2,), 6, 6)
+    assert blockwise_attention(q, k, v).grad_fn is None  # nothing requires a gradient
+    q.requires_grad_()
+    out, counts = blockwise_attention(q, k, v, True, 2, query_block_size=2,
+                                      return_counts=True)
+    assert type(out.grad_fn).__name__ == "_BlockwiseAttentionBackward"
+    assert counts == BlockCounts(6, 3, 9)  # counted on the autograd path too
+    with torch.no_grad():
+        assert blockwise_attention(q, k, v).grad_fn is None
+    # the per-head loop is differentiated by ordinary autograd, operator by operator
+    assert "_Blockwise" not in type(blockwise_attention_per_head(q, k, v).grad_fn).__name__
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_gradients_equal_torch_enable_gqa(causal):
+    # the key and value gradients are summed over the query heads that share them
+    q = randn(65, 2, 6, 9, 4).requires_grad_()
+    k = randn(66, 2, 2, 11, 4).requires_grad_()
+    v = randn(67, 2, 2, 11, 3).requires_grad_()
+    grads = _gradients(grouped_query_attention(q, k, v, causal, block_size=4,
+                                               query_block_size=5), (q, k, v))
+    ref = _gradients(F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                    enable_gqa=True), (q, k, v))
+    for g, r in zip(grads, ref, strict=True):
+        assert g.shape == r.shape
+        torch.testing.assert_close(g, r, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize(("causal", "tiles"), [(False, 4 * 3), (True, 3 + 3 + 2 + 1)])
+def test_backward_recomputes_each_computed_tile_with_five_products(causal, tiles):
+    # 13 queries in 4 blocks of 4 (the last ragged), 9 keys in 3 blocks of 4: causal skips
+    # the tiles above the diagonal in the backward pass as in the forward pass. Per tile:
+    # S = Q K^T, dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q
+    q, k, v = (t.requires_grad_() for t in _qkv(68, (2, 3), 13, 9))
+    out, counts = blockwise_attention(q, k, v, causal, 4, query_block_size=4,
+                                      return_counts=True)
+    assert counts.computed == tiles
+    weights = randn(69, *out.shape)
+    with TensorMemory() as mem:  # a dispatch mode: it sees the operators of the backward pass
+        (out * weights).sum().backward()
+    assert mem.calls["bmm"] == 5 * tiles and "mm" not in mem.calls
+
+
+def test_tiles_are_written_into_reused_buffers():
+    # every Q K^T product and every P V product but the first of a query block writes into
+    # a buffer allocated once per tile shape: a fresh result per tile would be fresh memory
+    # from the operating system each time (page faults)
+    ops = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = _qkv(70, (2, 3), 10, 11)  # query blocks of 4, 4, 2; key blocks of 4, 4, 3
+    with torch.no_grad(), Record():
+        blockwise_attention(q, k, v, block_size=4, query_block_size=4)
+    assert ops.count("aten.bmm.out") == 9 + 3 * 2  # all 9 Q K^T, 2 P V per query block
+    assert ops.count("aten.bmm.default") == 3  # the first P V of each query block
+    # output, lse, and two buffers for each of the 4 tile shapes: (4 or 2) x (4 or 3)
+    assert ops.count("aten.new_empty.default") == 1 + 1 + 2 * 4
+    q, k, v = _qkv(71, (), 6, 5)
+    ops.clear()
+    with torch.no_grad(), Record():
+        blockwise_attention(q, k, v, block_size=4, query_block_size=4)
+    assert ops.count("aten.mm.out") == 4 + 2 and ops.count("aten.mm.default") == 2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_buffers_have_the_shapes_of_the_tiles(causal):
+    # a buffer of the wrong shape would still give the right output: PyTorch resizes an out=
+    # tensor, with a warning; with warnings as errors, every buffer must fit its products
+    q, k, v = _qkv(74, (2, 3), 10, 11)  # query blocks at 0, 4, 8; key blocks at 0, 4, 8
+    mask = random_mask(75, 10, 11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = blockwise_attention(q, k, v, causal, 4, query_block_size=4, mask=mask)
+        gqa = grouped_query_attention(q, k[:, :1], v[:, :1], causal, block_size=4,
+                                      query_block_size=4)
+    full = mask & causal_mask(11)[:10] if causal else mask
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, full)[0],
+                               **TOL[torch.float64])
+    torch.testing.assert_close(gqa, F.scaled_dot_product_attention(
+        q, k[:, :1], v[:, :1], is_causal=causal, enable_gqa=True), **TOL[torch.float64])
+
+
+def _forward_memory(fn, L, grad, block=16):
+    """Extra bytes of one call at length L: ``(alive after the call with the output kept,
+    peak during it)``, with or without autograd."""
+    q, k, v = _qkv(72, (2,), L, L, d_k=4, d_v=4, dtype=torch.float32)
+    for t in (q, k, v):
+        t.requires_grad_(grad)
+    with TensorMemory() as mem:
+        out = fn(q, k, v, True, block, query_block_size=block)
+    alive = mem.now
+    del out
+    return alive, mem.peak
+
+
+def test_the_recomputing_forward_keeps_only_the_output_and_one_number_per_query():
+    for L in (32, 64, 128):
+        alive, peak = _forward_memory(blockwise_attention, L, grad=True)
+        assert alive == 2 * L * (4 + 1) * 4  # output (2, L, 4) and lse (2, L), float32
+        assert _forward_memory(blockwise_attention, L, grad=False)[0] == 2 * L * 4 * 4
+        assert peak < 2 * L * L * 4  # never a full (L, L) matrix per batch entry
+
+
+def test_autograd_through_the_per_head_loop_keeps_every_tile():
+    # the saved tensors grow like L^2: each causal 16 x 16 tile of weights, and more
+    alive = {L: _forward_memory(blockwise_attention_per_head, L, grad=True)[0]
+             for L in (32, 64, 128)}
+    for L, bytes_ in alive.items():
+        n = L // 16
+        assert bytes_ > 2 * (n * (n + 1) // 2) * 16 * 16 * 4  # every computed tile's P
+    assert alive[128] - alive[64] > 3 * (alive[64] - alive[32])  # growing steps: not affine
+
+
+def _backward_peak(L, block=16):
+    q, k, v = (t.requires_grad_() for t in _qkv(73, (2,), L, L, d_k=4, d_v=4,
+                                                   dtype=torch.float32))
+    out = blockwise_attention(q, k, v, True, block, query_block_size=block)
+    weights = torch.ones_like(out)
+    with TensorMemory() as mem:
+        out.backward(weights)
+    return mem.peak
+
+
+def test_the_recomputing_backward_needs_memory_linear_in_L():
+    peaks = [_backward_peak(L) for L in (64, 128, 256, 512)]
+    # dQ, dK, dV, D and a scaled copy of Q grow by a fixed number of bytes per token, the
+    # tiles are of fixed size: doubling L at most doubles the peak (L^2 would quadruple it)
+    for a, b in zip(peaks, peaks[1:], strict=False):
+        assert b <= 2 * a
+    assert peaks[-1] < 2 * 512 * 512 * 4 / 8  # far below one (L, L) matrix per entry
 
 
 # ---------------------------------------------------------------------- grouped-query attention
@@ -510,10 +728,11 @@ def test_gqa_rejects_zero_key_value_heads_bad_blocks_and_scale():
         grouped_query_attention(q, k, v, scale="0.5")
 
 
-def test_blockwise_rejects_a_non_bool_return_counts():
+@ATTEND
+def test_blockwise_rejects_a_non_bool_return_counts(attend):
     q, k, v = _qkv(31, (), 4, 4)
     with pytest.raises(TypeError, match="return_counts must be a bool, got int"):
-        blockwise_attention(q, k, v, return_counts=1)
+        attend(q, k, v, return_counts=1)
 
 
 # --------------------------------------------- argument names, boundaries and edge cases
@@ -542,55 +761,60 @@ def test_online_softmax_names_each_bad_argument():
         online_softmax_stats(torch.zeros(3, 2), 0)
 
 
-def test_blockwise_names_each_bad_argument():
+@ATTEND
+def test_blockwise_names_each_bad_argument(attend):
     q, k, v = _qkv(32, (2,), 4, 6)
     with pytest.raises(TypeError, match=r"^causal must be a bool, got int"):
-        blockwise_attention(q, k, v, causal=1)
+        attend(q, k, v, causal=1)
     with pytest.raises(TypeError, match=r"^return_counts must be a bool, got str"):
-        blockwise_attention(q, k, v, return_counts="yes")
+        attend(q, k, v, return_counts="yes")
     with pytest.raises(ValueError, match=r"^block_size must be positive, got 0"):
-        blockwise_attention(q, k, v, block_size=0)
+        attend(q, k, v, block_size=0)
     with pytest.raises(ValueError, match=r"^query_block_size must be positive, got 0"):
-        blockwise_attention(q, k, v, query_block_size=0)
+        attend(q, k, v, query_block_size=0)
     with pytest.raises(TypeError, match=r"^scale must be a float or None, got bool"):
-        blockwise_attention(q, k, v, scale=True)
+        attend(q, k, v, scale=True)
     with pytest.raises(TypeError, match=r"^query must be a torch\.Tensor, got list"):
-        blockwise_attention([[1.0]], k, v)
+        attend([[1.0]], k, v)
 
 
-def test_blockwise_counts_of_an_empty_input():
+@ATTEND
+def test_blockwise_counts_of_an_empty_input(attend):
     # no key, no query or no head: nothing is computed, every tile is skipped
     for batch, L_q, L_k, total in (((2,), 5, 0, 0), ((2,), 0, 7, 0), ((0,), 5, 7, 3 * 2)):
         q, k, v = _qkv(33, batch, L_q, L_k)
-        out, counts = blockwise_attention(q, k, v, True, 4, query_block_size=2,
+        out, counts = attend(q, k, v, True, 4, query_block_size=2,
                                           return_counts=True)
         assert out.shape == (*batch, L_q, 5) and not out.any()
         assert counts == BlockCounts(0, total, total)
         assert all(type(c) is int for c in counts)
 
 
-def test_blockwise_counts_are_ints_per_head():
+@ATTEND
+def test_blockwise_counts_are_ints_per_head(attend):
     q, k, v = _qkv(34, (3, 2), 10, 10)
-    _, counts = blockwise_attention(q, k, v, True, 4, query_block_size=4, return_counts=True)
+    _, counts = attend(q, k, v, True, 4, query_block_size=4, return_counts=True)
     # 3 x 3 tiles of 4 (the last ragged); causal keeps the 6 on and below the diagonal
     assert counts == BlockCounts(6, 3, 9)
     assert all(type(c) is int for c in counts)
 
 
-def test_blockwise_single_key_and_many_batch_dimensions():
+@ATTEND
+def test_blockwise_single_key_and_many_batch_dimensions(attend):
     # one key: every query's output is that key's value; five batch dimensions broadcast
     q, k, v = _qkv(35, (2,), 6, 1)
-    torch.testing.assert_close(blockwise_attention(q, k, v, block_size=2, query_block_size=4),
+    torch.testing.assert_close(attend(q, k, v, block_size=2, query_block_size=4),
                                v.expand(2, 6, 5), **TOL[torch.float64])
     q, k, v = _qkv(36, (1, 2, 1, 2, 1), 6, 7)
     for causal in (False, True):
         torch.testing.assert_close(
-            blockwise_attention(q, k, v, causal, 3, query_block_size=4),
+            attend(q, k, v, causal, 3, query_block_size=4),
             F.scaled_dot_product_attention(q, k, v, is_causal=causal), **TOL[torch.float64])
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_blockwise_when_the_maximum_falls(causal):
+@ATTEND
+def test_blockwise_when_the_maximum_falls(attend, causal):
     # Scores fall steeply along the keys: the running maximum is set by key block 0 and must
     # stay there. Shifting each block by its own maximum instead would make the rescaling
     # factor exp(m_old - m_new) overflow float32 (drops of ~100 per block).
@@ -598,31 +822,33 @@ def test_blockwise_when_the_maximum_falls(causal):
     q = torch.full((1, L, d), 5.0)
     k = torch.linspace(40, 0, L).view(1, L, 1).expand(1, L, d)
     v = randn(37, 1, L, 3, dtype=torch.float32)
-    out = blockwise_attention(q, k, v, causal, 4, query_block_size=8)
+    out = attend(q, k, v, causal, 4, query_block_size=8)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                **TOL[torch.float32])
 
 
-def test_blockwise_rows_of_very_different_scale_share_a_tile():
+@ATTEND
+def test_blockwise_rows_of_very_different_scale_share_a_tile(attend):
     # query 0 scores about +200, query 1 about -200 against the same keys: each row needs its
     # own maximum, one maximum per tile would underflow row 1's weights to 0 (0 / 0)
     g = torch.Generator().manual_seed(38)
     k = torch.rand(1, 6, 4, generator=g) + 1.0  # (1, 6, 4) entries in [1, 2)
     q = torch.tensor([[[40.0] * 4, [-40.0] * 4, [0.1] * 4]])  # (1, 3, 4)
     v = torch.randn(1, 6, 3, generator=g)
-    out = blockwise_attention(q, k, v, block_size=3, query_block_size=3)
+    out = attend(q, k, v, block_size=3, query_block_size=3)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v),
                                **TOL[torch.float32])
 
 
-def test_blockwise_mask_with_huge_scores():
+@ATTEND
+def test_blockwise_mask_with_huge_scores(attend):
     # a boolean mask and scores of ~1e3: the masked path must still shift by the maximum
     q, k, v = _qkv(39, (2,), 9, 11, dtype=torch.float32, scale=30.0)
     mask = random_mask(40, 9, 11)
     mask[:, 0] = True  # every query sees at least one key
-    out = blockwise_attention(q, k, v, block_size=4, query_block_size=3, mask=mask)
+    out = attend(q, k, v, block_size=4, query_block_size=3, mask=mask)
     assert torch.isfinite(out).all()
     ref, _ = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(out, ref, **TOL[torch.float32])
@@ -811,7 +1037,8 @@ def test_generate_names_each_bad_argument():
         generate(model, torch.zeros(1, 0, dtype=torch.long), 2)
 
 
-def test_blockwise_masked_prefix_then_very_negative_scores():
+@ATTEND
+def test_blockwise_masked_prefix_then_very_negative_scores(attend):
     # query 0 may not see key block 0 (keys 0-3); all its scores are about -190. A bug once
     # clamped the running maximum to 0 after the fully masked block, and these underflowed.
     g = torch.Generator().manual_seed(41)
@@ -820,6 +1047,6 @@ def test_blockwise_masked_prefix_then_very_negative_scores():
     v = torch.randn(1, 8, 3, generator=g)
     mask = torch.ones(2, 8, dtype=torch.bool)
     mask[0, :4] = False
-    out = blockwise_attention(q, k, v, block_size=4, query_block_size=2, mask=mask)
+    out = attend(q, k, v, block_size=4, query_block_size=2, mask=mask)
     ref, _ = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(out, ref, **TOL[torch.float32])

@@ -1,13 +1,21 @@
 """attention_src.profiling: tensor memory, matrix-product work, CPU time, fitted exponents.
 
 References: byte counts computed by hand from the shapes (``numel * element_size``),
-PyTorch's own ``torch.utils.flop_counter.FlopCounterMode`` (2 FLOPs per multiply-add) and
-exact power laws.
+PyTorch's own ``torch.utils.flop_counter.FlopCounterMode`` (2 FLOPs per multiply-add),
+exact power laws, and for the CPU-time split, work whose cost is known: one page fault per
+4 KiB page of fresh memory (numpy buffers), a spin and a sleep of known length, a worker
+thread, and fake clocks.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import types
 from fractions import Fraction
 
 import pytest
@@ -17,7 +25,17 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention_src import profiling
-from attention_src.profiling import TensorMemory, best_ms, matmul_macs, peak_bytes, slope
+from attention_src.profiling import (
+    KEEP_HEAP_ENV,
+    CpuCost,
+    TensorMemory,
+    best_ms,
+    matmul_macs,
+    measure_call,
+    median_cost,
+    peak_bytes,
+    slope,
+)
 from tests.conftest import PROPERTY
 
 
@@ -249,3 +267,178 @@ def test_each_output_is_judged_on_its_own_after_a_view():
         view, copy = _view_and_copy_op()(x)
         assert mem.now == 10 * 4 and mem.calls == {"view_and_copy": 1}
     assert peak_bytes(_view_and_copy_op(), x) == 10 * 4
+
+
+# ------------------------------------------------ CPU time split into user and system time
+
+_MIB64 = 64 * 2**20
+_PAGE = 4096
+
+
+def _touch_fresh_memory():
+    """Write one byte per page of a fresh 64 MiB buffer: above glibc's mmap threshold, so new
+    pages from the kernel, each a minor fault on its first write. (A bytearray: plain malloc
+    in this thread; numpy would ask the kernel for 2 MiB pages, 512 times fewer faults.)"""
+    buf = bytearray(_MIB64)
+    buf[::_PAGE] = b"\x01" * (_MIB64 // _PAGE)
+    return buf
+
+
+def test_measure_call_returns_the_result_and_counts_the_faults_of_fresh_memory():
+    out, cost = measure_call(_touch_fresh_memory)
+    assert len(out) == _MIB64 and out[0] == 1
+    # one fault per 4 KiB page (a few more for the allocator's bookkeeping)
+    assert _MIB64 // _PAGE <= cost.minor_faults < 1.1 * _MIB64 // _PAGE
+    assert cost.system_ms > 0  # the kernel zero-fills each page: system time, not user time
+    # the precise clock and the tick-sampled split agree to a few ticks
+    assert cost.user_ms + cost.system_ms == pytest.approx(cost.cpu_ms, rel=0.2, abs=20)
+
+
+def test_reused_memory_costs_no_faults():
+    buf = _touch_fresh_memory()  # faulted in here, before the measurement
+    twos = b"\x02" * (_MIB64 // _PAGE)
+
+    def write():
+        buf[::_PAGE] = twos
+
+    _, cost = measure_call(write)
+    assert cost.minor_faults < 100
+
+
+def test_user_time_is_the_program_s_own_work_and_wall_time_includes_waiting():
+    def spin_then_sleep():
+        total = 0
+        for i in range(500_000):  # this thread's own instructions, no system call
+            total += i
+        time.sleep(0.1)  # waiting: wall-clock time, no CPU time
+        return total
+
+    total, cost = measure_call(spin_then_sleep)
+    assert total == 500_000 * 499_999 // 2
+    assert cost.cpu_ms > 0
+    assert cost.wall_ms >= 100 + 0.9 * cost.cpu_ms  # the sleep is wall time, not CPU time
+    assert cost.user_ms >= cost.system_ms
+
+
+def test_thread_scope_sees_only_the_calling_thread_and_process_scope_all_threads():
+    def in_another_thread():
+        worker = threading.Thread(target=_touch_fresh_memory)
+        worker.start()
+        worker.join()
+
+    _, mine = measure_call(in_another_thread, scope="thread")
+    _, everyone = measure_call(in_another_thread, scope="process")
+    _, default = measure_call(in_another_thread)
+    assert mine.minor_faults < 1000 and default.minor_faults < 1000  # default: the thread
+    assert everyone.minor_faults >= _MIB64 // _PAGE
+
+
+class _FakeUsage:
+    """Stands in for ``resource`` and ``time`` inside ``attention_src.profiling``: each call
+    of the measured function moves the clocks and the fault counter by given amounts."""
+
+    RUSAGE_SELF, RUSAGE_THREAD = "self", "thread"
+
+    def __init__(self):
+        self.wall, self.cpu, self.user, self.system, self.faults = 10.0, 5.0, 20.0, 30.0, 40
+        self.asked = []
+
+    def getrusage(self, who):
+        self.asked.append(who)
+        return types.SimpleNamespace(ru_utime=self.user, ru_stime=self.system,
+                                     ru_minflt=self.faults)
+
+    def perf_counter(self):
+        return self.wall
+
+    def thread_time(self):
+        self.asked.append("thread clock")
+        return self.cpu
+
+    def process_time(self):
+        self.asked.append("process clock")
+        return self.cpu
+
+    def step(self, wall, cpu, user, system, faults):
+        self.wall += wall
+        self.cpu += cpu
+        self.user += user
+        self.system += system
+        self.faults += faults
+
+
+@pytest.mark.parametrize(("repeats", "median"), [(None, (5.0, 6.0, 3.0, 2.0, 30)),
+                                                 (1, (9.0, 8.0, 1.0, 4.0, 10)),
+                                                 (2, (7.0, 7.0, 2.0, 5.0, 15))])
+def test_median_cost_is_the_median_of_each_field_after_a_warm_up(monkeypatch, repeats, median):
+    fake = _FakeUsage()
+    monkeypatch.setattr(profiling, "resource", fake)
+    monkeypatch.setattr(profiling, "time", fake)
+    monkeypatch.setattr(profiling, "_SCOPES", {"thread": "thread", "process": "self"})
+    # seconds per call: the warm-up (huge) is not measured; then five calls
+    steps = iter([(100, 100, 100, 100, 1000), (0.009, 0.008, 0.001, 0.004, 10),
+                  (0.005, 0.006, 0.003, 0.006, 20), (0.002, 0.004, 0.005, 0.002, 40),
+                  (0.001, 0.003, 0.004, 0.001, 50), (0.006, 0.007, 0.002, 0.0, 30)])
+    calls = []
+
+    def work():
+        calls.append(torch.is_grad_enabled())
+        fake.step(*next(steps))
+
+    cost = median_cost(work) if repeats is None else median_cost(work, repeats=repeats)
+    assert len(calls) == 1 + (5 if repeats is None else repeats)  # the default is 5
+    assert not any(calls)  # no autograd
+    assert cost == pytest.approx(CpuCost(*median), abs=1e-9)
+    assert set(fake.asked) == {"thread", "thread clock"}
+    fake.asked.clear()
+    median_cost(lambda: fake.step(0, 0, 0, 0, 0), repeats=1, scope="process")
+    assert set(fake.asked) == {"self", "process clock"}
+
+
+def test_cpu_cost_functions_name_each_bad_argument():
+    with pytest.raises(TypeError, match="fn must be callable, got int"):
+        measure_call(3)
+    with pytest.raises(TypeError, match="fn must be callable, got str"):
+        median_cost("f")
+    with pytest.raises(ValueError, match="scope must be 'thread' or 'process', got 'all'"):
+        measure_call(lambda: None, scope="all")
+    with pytest.raises(ValueError, match="scope must be 'thread' or 'process', got None"):
+        median_cost(lambda: None, scope=None)
+    with pytest.raises(ValueError, match="repeats must be positive, got 0"):
+        median_cost(lambda: None, repeats=0)
+    with pytest.raises(TypeError, match="repeats must be an int, got float"):
+        median_cost(lambda: None, repeats=2.0)
+
+
+_CHILD = """
+import resource
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+ones = b"\x01" * (64 * 2**20 // 4096)
+first = bytearray(64 * 2**20); first[::4096] = ones; del first
+before = faults()
+second = bytearray(64 * 2**20); second[::4096] = ones
+print(faults() - before)
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_keep_heap_env_lets_a_repeated_allocation_reuse_its_pages(keep):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    if keep:
+        env.update(KEEP_HEAP_ENV)
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True, check=True)
+    faults = int(out.stdout.strip())
+    if keep:  # the second buffer is the first one's pages, already faulted in
+        assert faults < 1000
+    else:  # a new mapping: one fault per page again
+        assert faults >= _MIB64 // _PAGE
+
+
+def test_thread_scope_without_per_thread_accounting_says_what_to_use(monkeypatch):
+    # where the OS has no RUSAGE_THREAD (not Linux), the thread scope is refused by name
+    monkeypatch.setattr(profiling, "_SCOPES", {"thread": None, "process": "self"})
+    with pytest.raises(ValueError, match=r"^scope='thread' needs RUSAGE_THREAD \(Linux\); "
+                                         r"use scope='process'$"):
+        measure_call(lambda: None)
