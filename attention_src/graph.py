@@ -340,10 +340,13 @@ class GraphAttention(_GraphAttentionBase):
     ``LeakyReLU(a^T [W h_i || W h_j])``: splitting ``a`` into its halves gives the two terms above.
     The ``h`` heads are concatenated (``concat=True``) or averaged, then ``bias`` is added.
     Because the target's term only shifts all of ``i``'s scores by the same amount and
-    LeakyReLU is strictly increasing for ``negative_slope > 0`` (non-decreasing at 0, where
-    ties appear), every target ranks its neighbours ``j`` by ``z_j a_src`` alone: for
-    ``negative_slope >= 0`` GAT's attention is *static* (Brody et al., 2022). A negative
-    slope makes LeakyReLU non-monotone and the ranking can then depend on the target.
+    LeakyReLU is non-decreasing for ``negative_slope >= 0``, the neighbour with the largest
+    ``z_j a_src`` scores highest for every target that sees it: GAT's attention is *static* in
+    the sense of Brody et al. (2022), who ask only for a common highest-scoring key. For
+    ``negative_slope > 0`` LeakyReLU is strictly increasing and more holds: every target
+    ranks its neighbours in the one strict order of ``z_j a_src`` (at 0, keys below the kink
+    tie). A negative slope makes LeakyReLU non-monotone and the ranking can then depend on
+    the target.
 
     Parameters, named as in ``GATConv`` (a ``state_dict`` loads either way):
     ``lin`` (``nn.Linear(in_features, heads * out_features, bias=False)``, its ``.weight`` is
@@ -415,8 +418,10 @@ class GraphAttentionV2(_GraphAttentionBase):
         \qquad o_i = \sum_{j \in \mathcal{N}(i)} \alpha_{ij} z_j.
 
     The score is chapter 2's additive score with LeakyReLU for tanh: the query enters before
-    the nonlinearity, so different targets can rank the same neighbours differently (*dynamic*
-    attention), which GAT cannot.
+    the nonlinearity, so different targets can rank the same neighbours differently, which
+    GAT cannot. Brody et al. (2022, theorem 2) show more: GATv2 can compute *dynamic*
+    attention, that is, for any choice of one key per query some setting of the weights puts
+    each query's chosen key strictly first.
 
     Parameters, named as in ``GATv2Conv`` (``share_weights=False``): ``lin_l`` (source) and
     ``lin_r`` (target), each ``nn.Linear(in_features, heads * out_features)`` with a bias when

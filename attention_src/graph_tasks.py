@@ -39,6 +39,7 @@ from torch import nn
 from attention_src.graph import (
     GraphAttention,
     GraphAttentionV2,
+    _check_bool,
     _check_edge_index,
     _check_num_nodes,
     add_self_loops,
@@ -363,25 +364,32 @@ class LookupModel(nn.Module):
 
     ``kind``: ``"gat"`` or ``"gatv2"``; the layer has ``heads`` heads of width ``hidden``,
     concatenated, and no self-loops (a query attends only to the keys).
+    ``readout_relu=False`` drops the ReLU, so the read-out is linear in the layer's output,
+    as in Brody et al.'s own lookup model.
     ``forward(x: (N, 2k + 1), edge_index) -> logits (N, k)`` (meaningful on query nodes).
     """
 
-    def __init__(self, kind: str, k: int, hidden: int = 16, heads: int = 4) -> None:
+    def __init__(self, kind: str, k: int, hidden: int = 16, heads: int = 4,
+                 readout_relu: bool = True) -> None:
         super().__init__()
         layers = {"gat": GraphAttention, "gatv2": GraphAttentionV2}
         if kind not in layers:
             raise ValueError(f"kind must be 'gat' or 'gatv2', got {kind!r}")
         check_positive_int("k", k)
         self.kind, self.k = kind, k
+        self.readout_relu = _check_bool("readout_relu", readout_relu)
         self.conv = layers[kind](2 * k + 1, hidden, heads=heads, add_self_loops=False)
         self.out = nn.Linear(hidden * heads, k)
+
+    def _read_out(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(h) if self.readout_relu else h)  # (N, h d) -> (N, k)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
                 return_attention: bool = False):
         if return_attention:
             h, attn = self.conv(x, edge_index, return_attention=True)
-            return self.out(torch.relu(h)), attn
-        return self.out(torch.relu(self.conv(x, edge_index)))
+            return self._read_out(h), attn
+        return self._read_out(self.conv(x, edge_index))
 
 
 # ----------------------------------------------------------------------------- training
@@ -528,7 +536,13 @@ def ranking_consistency(attention: torch.Tensor, mask: torch.Tensor) -> float:
     For each pair of keys ``j != j'`` that at least two queries both attend to, the pair is
     *consistent* when no query puts ``j`` strictly above ``j'`` while another puts it strictly
     below. Static attention (GAT) gives 1 exactly: its ranking of keys is the same for every
-    query, and rounding cannot reverse an order (floating-point operations are monotone).
+    query, and rounding cannot reverse an order (floating-point operations are monotone; it
+    can only make two keys tie, and a tie reverses nothing).
+
+    A value of 1 is necessary for one order of the keys common to all queries, not
+    sufficient: the pairs are checked one at a time, so queries that each see only some of
+    the keys can agree on every shared pair and still rank ``a`` above ``b``, ``b`` above
+    ``c`` and ``c`` above ``a``, an order no single ranking has.
 
     Args:
         attention: ``(L_q, L_k)`` weights (or any scores), queries down, keys across.
@@ -581,6 +595,11 @@ def top_key_agreement(model: LookupModel, batch: LookupBatch, head: int = 0) -> 
     In a lookup graph all ``k`` queries attend over the same ``k`` keys. Static attention
     gives every query the same top key, so the fraction is 1; a query that finds its own key
     has a different top key from the others, and a perfect lookup gives ``1 / k``.
+
+    Ties: ``argmax`` takes the first of equal weights. In float32 a static head can tie two
+    keys for some queries and not for others (keys whose ``kappa_j`` differ by less than the
+    rounding of ``u_i + kappa_j`` tie for a query with a large ``u_i``), and then scores
+    below 1. The fraction is 1 for a static head whose top key is not tied.
     """
     weights = _lookup_weights(model, batch, head)  # (B, k, k)
     top = weights.argmax(-1)  # (B, k): top key of each query
@@ -596,7 +615,9 @@ def asked_key_hits(model: LookupModel, batch: LookupBatch, head: int = 0) -> tup
     that key. Uniform attention gives ``weight = 1 / k``; a head that looks up the key gives
     ``hit = 1``. A model can solve the task without any head doing so (for example by
     attending *away* from the asked key and letting the read-out infer the missing value),
-    so these measure a mechanism, not the accuracy.
+    so these measure a mechanism, not the accuracy. A static head whose top key is not tied
+    (see :func:`top_key_agreement`) gives ``hit = 1 / k``: one query per graph asks for the
+    shared top key.
     """
     weights = _lookup_weights(model, batch, head)  # (B, queries, keys)
     asked = batch.key_of_query  # (B, k): key id (= key node position) each query asks for
@@ -646,11 +667,12 @@ def matched_gat_hidden(k: int, heads: int, gatv2_hidden: int) -> int:
 
 
 def lookup_run(kind: str, k: int, heads: int, hidden: int, seed: int, steps: int = 400,
-               batch: int = 32, lr: float = 0.01) -> dict:
+               batch: int = 32, lr: float = 0.01, readout_relu: bool = True) -> dict:
     """Train one :class:`LookupModel` and measure it, as chapter 8's heads-by-keys sweep does.
 
-    ``torch.manual_seed(seed)`` (the global generator: it draws the initial weights), then
-    :func:`train_lookup` with ``seed`` (the training graphs). Measured on the trained model:
+    ``torch.manual_seed(seed)`` (the global generator: it draws the initial weights), a
+    ``LookupModel(kind, k, hidden, heads, readout_relu)``, then :func:`train_lookup` with
+    ``seed`` (the training graphs). Measured on the trained model:
     the accuracy of :func:`lookup_accuracy` (200 new graphs, its fixed seed), the mean loss of
     the last ``min(50, steps)`` steps, and for every head its :func:`top_key_agreement` and
     its asked-key hit rate (:func:`asked_key_hits`) on 100 other new graphs (generator seed
@@ -663,7 +685,7 @@ def lookup_run(kind: str, k: int, heads: int, hidden: int, seed: int, steps: int
     """
     check_positive_int("steps", steps)
     torch.manual_seed(seed)
-    model = LookupModel(kind, k, hidden=hidden, heads=heads)
+    model = LookupModel(kind, k, hidden=hidden, heads=heads, readout_relu=readout_relu)
     losses = train_lookup(model, steps=steps, batch=batch, lr=lr, seed=seed)
     probe = lookup_batch(k, 100, torch.Generator().manual_seed(7))
     tail = losses[-50:]  # the last min(50, steps) losses

@@ -5,7 +5,10 @@ implementation) and by its definition on hand-made points; the lookup task by de
 query's answer from the node features; the measurements on hand-computed cases; static
 attention (``ranking_consistency`` = 1 for GAT) on random untrained layers. The sweep's helpers:
 parameter counts against the models' own parameters, the matched GAT width against a search
-over widths, and ``lookup_run`` against the pieces its docstring names.
+over widths, and ``lookup_run`` against the pieces its docstring names. Planted cases show
+where the measurements stop: a float32 tie that takes a static head's top-key agreement
+below 1, and a cycle of agreeing pairs that gives ``ranking_consistency`` 1 without a common
+order.
 """
 
 from __future__ import annotations
@@ -272,6 +275,44 @@ def test_asked_key_hits_by_hand_and_for_static_attention():
         G.asked_key_hits(static, shuffled)
 
 
+def _tied_static_head() -> G.LookupModel:
+    """A GAT head (k = 2, width 2) with kappa = (1, 1 + 2^-20) for the keys, and u = 0 for the
+    query that asks key 0 but u = 1e4 for the one that asks key 1: in float32
+    1e4 + 1 + 2^-20 rounds to 1e4 + 1, so the second query sees the two keys tied."""
+    model = G.LookupModel("gat", 2, hidden=2, heads=1)
+    with torch.no_grad():
+        w = torch.zeros(2, 5)  # lin.weight: W^T, (hidden, 2k + 1)
+        w[0, 1] = 2.0**-20  # key id 1 -> kappa
+        w[0, 2] = w[0, 3] = 1.0  # either value -> kappa 1
+        w[1, 1] = 1e4  # asked id 1 -> u
+        model.conv.lin.weight.copy_(w)
+        model.conv.att_src.copy_(torch.tensor([[[1.0, 0.0]]]))  # kappa_j = z_j[0]
+        model.conv.att_dst.copy_(torch.tensor([[[0.0, 1.0]]]))  # u_i = z_i[1]
+    return model
+
+
+def test_static_head_with_a_float32_tie_scores_below_one():
+    """Static in exact arithmetic (kappa_1 > kappa_0 for every query), but the query with the
+    large u sees a tie, argmax takes the first key, and the two queries' top keys differ."""
+    model = _tied_static_head()
+    b = G.lookup_batch(2, 3, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        _, (_, alpha) = model(b.x, b.edge_index, return_attention=True)
+    w = alpha[:, 0].reshape(3, 2, 2)  # (graphs, queries, keys)
+    asks_1 = b.key_of_query == 1  # (graphs, queries)
+    assert torch.all(w[asks_1][:, 0] == w[asks_1][:, 1])  # tied: weights 1/2 each
+    assert torch.all(w[~asks_1][:, 1] > w[~asks_1][:, 0])  # untied: key 1 on top
+    assert G.top_key_agreement(model, b) == 0.5
+    assert G.asked_key_hits(model, b)[0] == 0.0  # each query's top key is the other key
+    attn = G._lookup_weights(model, b, 0)[0]  # one graph: a tie reverses no pair
+    assert G.ranking_consistency(attn, torch.ones(2, 2, dtype=torch.bool)) == 1.0
+    with torch.no_grad():  # in float64 the tie is gone: agreement 1, hits 1/k
+        model.double()
+        b64 = b._replace(x=b.x.double())
+        assert G.top_key_agreement(model, b64) == 1.0
+        assert G.asked_key_hits(model, b64)[0] == 0.5
+
+
 # ----------------------------------------------------------------------------- measurements
 def test_entropies_by_hand():
     edges = torch.tensor([[0, 1, 2, 1], [1, 1, 1, 2]])  # node 1: 3 in-edges, node 2: 1
@@ -302,6 +343,22 @@ def test_ranking_consistency_by_hand():
         G.ranking_consistency(same, mask[:1])
     with pytest.raises(TypeError, match="mask must be a bool tensor .* got torch.float32"):
         G.ranking_consistency(same, mask.float())
+
+
+def test_ranking_consistency_is_one_for_a_cycle_of_agreeing_pairs():
+    """1 is necessary for a common order, not sufficient: six queries, each seeing two of three
+    keys, agree on every shared pair, yet a > b, b > c and c > a form a cycle."""
+    rows, mask = torch.zeros(6, 3), torch.zeros(6, 3, dtype=torch.bool)
+    for q, (hi, lo) in enumerate([(0, 1), (0, 1), (1, 2), (1, 2), (2, 0), (2, 0)]):
+        rows[q, hi], rows[q, lo] = 2.0, 1.0
+        mask[q, hi] = mask[q, lo] = True
+    assert G.ranking_consistency(rows, mask) == 1.0
+    # no order of the three keys agrees with all six queries
+    orders = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]
+    for order in orders:
+        rank = {key: pos for pos, key in enumerate(order)}
+        assert any(rank[int(r.argmax())] > rank[int(r.masked_fill(~m, 9).argmin())]
+                   for r, m in zip(rows, mask, strict=True))
 
 
 def test_entropies_reject_bad_edges():
@@ -542,6 +599,30 @@ def test_lookup_model_defaults_and_bad_k():
         G.LookupModel("gat", 0)
     with pytest.raises(TypeError, match=r"^k must be an int, got float"):
         G.LookupModel("gat", 2.0)
+
+
+def test_lookup_model_read_out_with_and_without_relu():
+    torch.manual_seed(0)
+    with_relu = G.LookupModel("gat", 3, hidden=4, heads=2)
+    torch.manual_seed(0)
+    linear = G.LookupModel("gat", 3, hidden=4, heads=2, readout_relu=False)
+    assert with_relu.readout_relu is True and linear.readout_relu is False
+    b = G.lookup_batch(3, 2, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        h = with_relu.conv(b.x, b.edge_index)  # (N, h d): the same weights in both
+        assert (h < 0).any() and (h > 0).any()  # the ReLU changes something
+        torch.testing.assert_close(with_relu(b.x, b.edge_index),
+                                   with_relu.out(torch.relu(h)), rtol=0, atol=0)
+        torch.testing.assert_close(linear(b.x, b.edge_index), linear.out(h),
+                                   rtol=0, atol=0)
+        logits, (_, alpha) = linear(b.x, b.edge_index, return_attention=True)
+        torch.testing.assert_close(logits, linear.out(h), rtol=0, atol=0)
+        _, (_, alpha_ref) = with_relu(b.x, b.edge_index, return_attention=True)
+        torch.testing.assert_close(alpha, alpha_ref, rtol=0, atol=0)
+        logits_r, _ = with_relu(b.x, b.edge_index, return_attention=True)
+        torch.testing.assert_close(logits_r, with_relu.out(torch.relu(h)), rtol=0, atol=0)
+    with pytest.raises(TypeError, match=r"^readout_relu must be a bool, got int$"):
+        G.LookupModel("gat", 3, readout_relu=1)
 
 
 def _adam_step(params, grads, moments, t: int, lr: float, weight_decay: float = 0.0):
@@ -1085,10 +1166,10 @@ def test_matched_gat_hidden_names_bad_arguments(args, error, match):
         G.matched_gat_hidden(*args)
 
 
-def _lookup_run_by_hand(kind, k, heads, hidden, seed, steps, batch, lr):
+def _lookup_run_by_hand(kind, k, heads, hidden, seed, steps, batch, lr, readout_relu=True):
     """lookup_run written out from the pieces its docstring names."""
     torch.manual_seed(seed)
-    model = G.LookupModel(kind, k, hidden=hidden, heads=heads)
+    model = G.LookupModel(kind, k, hidden=hidden, heads=heads, readout_relu=readout_relu)
     losses = G.train_lookup(model, steps=steps, batch=batch, lr=lr, seed=seed)
     probe = G.lookup_batch(k, 100, torch.Generator().manual_seed(7))
     tail = losses[-50:] if steps > 50 else losses
@@ -1112,6 +1193,18 @@ def test_lookup_run_against_the_pieces_it_names(kind, steps):
     assert run == ref
     if kind == "gat":  # static heads: the same top key for every query of a graph
         assert run["agreement"] == [1.0, 1.0]
+
+
+def test_lookup_run_passes_readout_relu_to_the_model():
+    run = G.lookup_run("gatv2", 3, 2, 4, seed=5, steps=3, batch=4, readout_relu=False)
+    ref = _lookup_run_by_hand("gatv2", 3, 2, 4, 5, 3, 4, 0.01, readout_relu=False)
+    with_relu = G.lookup_run("gatv2", 3, 2, 4, seed=5, steps=3, batch=4)
+    assert run["loss_end"] == pytest.approx(ref.pop("loss_end"), abs=1e-12)
+    assert run["loss_end"] != with_relu["loss_end"]  # the ReLU made a difference
+    run.pop("loss_end")
+    assert run == ref
+    explicit = G.lookup_run("gatv2", 3, 2, 4, seed=5, steps=3, batch=4, readout_relu=True)
+    assert explicit == with_relu  # the default keeps the ReLU
 
 
 def test_lookup_run_defaults_are_the_chapter_training(monkeypatch):
