@@ -30,7 +30,7 @@ over the 2,048 sequences, the mean over each block of ``BLOCK`` (256) sequences,
 much a 256-sequence batch moves it, and the layer-1 previous- and duplicate-token scores on
 the same batch.
 
-It saves ``book/data/ch06_seeds.pt`` (about 240 kB): per seed, the loss curves every 50
+It saves ``book/data/ch06_seeds.pt`` (about 260 kB): per seed, the loss curves every 50
 steps to step 6,000, the summaries at both budgets and ``check_loss`` (the 3,000-step
 weights' mean next-token loss on the evaluation batch); the path-ablation results on the
 large batch (``"big"``); and the 3,000-step weights of seed ``SHOW_SEED`` (8), from which
