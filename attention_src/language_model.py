@@ -162,7 +162,7 @@ def next_token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
 
     Args:
         logits: ``(B, L, V)``.
-        tokens: ``(B, L)`` int64.
+        tokens: ``(B, L)`` int64, ids in ``[0, V)``.
 
     Returns:
         ``(B, L - 1)``: entry ``[b, t]`` is the loss on token ``t + 1`` of sequence ``b``.
@@ -174,6 +174,7 @@ def next_token_losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
             f"logits (B, L, V) and tokens (B, L) must agree, got {tuple(logits.shape)} and "
             f"{tuple(tokens.shape)}"
         )
+    _check_tokens(tokens, vocab_size=logits.shape[-1])  # an id outside [0, V) has no logit
     if tokens.shape[1] < 2:
         raise ValueError(
             f"next-token losses need L >= 2 (one token has no next token), got L = "
@@ -434,22 +435,27 @@ def ov_copying_score(model: AttentionOnlyTransformer, layer: int) -> torch.Tenso
         model: an :class:`AttentionOnlyTransformer`.
         layer: index of the layer, ``0 <= layer < num_layers``.
 
+    A head whose circuit is exactly zero (a dead head: every eigenvalue 0) neither copies
+    nor suppresses; its score, 0/0 by the formula, is defined as 0.
+
     Returns:
         ``(h,)`` float64 scores in ``[-1, 1]``.
     """
     eig = torch.linalg.eigvals(ov_circuits(model, layer))  # (h, V) complex
-    return eig.real.sum(-1) / eig.abs().sum(-1)
+    total = eig.abs().sum(-1)  # (h,): 0 only for a zero circuit, whose real sum is 0 too
+    return eig.real.sum(-1) / total.clamp_min(torch.finfo(total.dtype).tiny)
 
 
 def own_logit_ranks(circuit: torch.Tensor) -> torch.Tensor:
     """Rank of each token's own logit in its row of an OV circuit: 1 when it is the largest.
 
     For row ``t`` of ``circuit`` (what attending to token ``t`` adds to every logit) the rank
-    is ``1 + #{u : circuit[..., t, u] > circuit[..., t, t]}``: 1 when attending to ``t``
-    raises the logit of ``t`` at least as much as any other token's (a tie counts as the
-    largest), ``V`` when it raises every other logit more. The share of ranks equal to 1 is
-    the share of tokens the circuit copies in the strict sense: after reading them it
-    favours them over every other token. Pass one head's ``(V, V)`` matrix, all heads'
+    is ``1 + #{u != t : circuit[..., t, u] >= circuit[..., t, t]}``: 1 when attending to
+    ``t`` raises the logit of ``t`` strictly more than any other token's, ``V`` when it
+    raises every other logit at least as much. A tie counts against the token, so a dead
+    head (a row of zeros) ranks every token last rather than first. The share of ranks
+    equal to 1 is the share of tokens the circuit copies in the strict sense: after reading
+    them it favours them over every other token. Pass one head's ``(V, V)`` matrix, all heads'
     ``(h, V, V)`` (one rank per head and token), or a sum over heads (several heads that
     attend to the same token with weight 1 each).
 
@@ -467,7 +473,8 @@ def own_logit_ranks(circuit: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(circuit).all()):
         raise ValueError("circuit must be finite (no NaN or infinity)")
     own = torch.diagonal(circuit, dim1=-2, dim2=-1)  # (..., V): entry t is circuit[t, t]
-    return 1 + (circuit > own.unsqueeze(-1)).sum(-1)  # (..., V, V) > (..., V, 1) -> (..., V)
+    # (..., V, V) >= (..., V, 1) -> (..., V); the diagonal always counts itself once
+    return (circuit >= own.unsqueeze(-1)).sum(-1)
 
 
 def _check_targets(targets: object, tokens: torch.Tensor) -> torch.Tensor:

@@ -341,6 +341,12 @@ def test_ov_copying_score_is_one_for_a_copier_minus_one_for_a_suppressor():
         assert torch.allclose(ov_copying_score(model, 0), torch.ones(2, dtype=torch.float64))
         model.layers[0].out_proj.weight.mul_(-1)
         assert torch.allclose(ov_copying_score(model, 0), -torch.ones(2, dtype=torch.float64))
+        # a dead head (head 1: its value columns zero) has a zero circuit: score 0, not NaN,
+        # and the live head keeps its score
+        model.layers[0].v_proj.weight[2:] = 0.0
+        assert ov_copying_score(model, 0).tolist() == [-1.0, 0.0]
+        model.layers[0].v_proj.weight.zero_()
+        assert ov_copying_score(model, 0).tolist() == [0.0, 0.0]
 
 
 def test_ov_copying_score_equals_numpy_eigenvalues_of_the_circuit():
@@ -496,6 +502,13 @@ def test_next_token_losses_name_their_bad_arguments_and_accept_two_positions():
         next_token_losses(torch.zeros(2, 2, 4, 1), tokens)
     with pytest.raises(TypeError, match=r"^tokens must be a torch\.Tensor, got list$"):
         next_token_losses(torch.zeros(2, 2, 4), [[1, 2], [0, 3]])
+    # an id outside [0, V) of the logits: named, whichever end
+    with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 3\), got values from "
+                                         r"0 to 3$"):
+        next_token_losses(torch.zeros(2, 2, 3), tokens)
+    with pytest.raises(ValueError, match=r"^token ids must lie in \[0, 4\), got values from "
+                                         r"-2 to 3$"):
+        next_token_losses(torch.zeros(2, 2, 4), torch.tensor([[1, 2], [-2, 3]]))
     # L = 2, the shortest valid length: one prediction each, uniform logits give log V
     losses = next_token_losses(torch.zeros(2, 2, 4, dtype=torch.float64), tokens)
     assert losses.shape == (2, 1)

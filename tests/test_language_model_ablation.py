@@ -92,18 +92,20 @@ def test_ov_copying_score_is_one_for_a_low_rank_copier_that_copies_few_tokens():
     assert torch.equal(circuit[0], torch.diag(torch.tensor([1.0, 1, 0, 0], dtype=torch.float64)))
     assert torch.allclose(ov_copying_score(model, 0), torch.ones(2, dtype=torch.float64))
     ranks = own_logit_ranks(circuit[0])
-    assert ranks.tolist() == [1, 1, 1, 1]  # tokens 2 and 3: a row of zeros ties at the top
-    # a strict test shows the difference once a bias lifts another logit
+    # tokens 2 and 3: a row of zeros, every logit tied with the own one, which counts
+    # against the token: last, not first
+    assert ranks.tolist() == [1, 1, 4, 4]
     lifted = circuit[0] + torch.tensor([0.0, 0.0, 0.0, 0.5], dtype=torch.float64)
-    assert own_logit_ranks(lifted).tolist() == [1, 1, 2, 1]
+    assert own_logit_ranks(lifted).tolist() == [1, 1, 4, 1]
 
 
 def _loop_ranks(m: np.ndarray) -> np.ndarray:  # m: (V, V)
     out = np.empty(m.shape[0], dtype=np.int64)
     for t in range(m.shape[0]):
-        order = sorted(range(m.shape[1]), key=lambda u: -m[t, u])
-        # the first position in the sorted row holding a value equal to m[t, t]
-        out[t] = 1 + next(k for k, u in enumerate(order) if m[t, u] == m[t, t])
+        # the own logit goes *after* every logit equal to it (ties count against it): sort
+        # by value, descending, and among equal values put u = t last
+        order = sorted(range(m.shape[1]), key=lambda u: (-m[t, u], u == t))
+        out[t] = 1 + order.index(t)
     return out
 
 
@@ -111,7 +113,7 @@ def _loop_ranks(m: np.ndarray) -> np.ndarray:  # m: (V, V)
 @given(seed=seeds, V=st.integers(1, 7), batch=st.integers(1, 3), ties=st.booleans())
 def test_own_logit_ranks_equal_a_sort_row_by_row(seed, V, batch, ties):
     m = randn(seed, batch, V, V)
-    if ties:  # coarse values: many ties, which count as the better rank
+    if ties:  # coarse values: many ties, which count as the worse rank
         m = m.round()
     got = own_logit_ranks(m)
     assert got.shape == (batch, V) and got.dtype == torch.int64
@@ -124,9 +126,14 @@ def test_own_logit_ranks_of_the_identity_are_one_and_of_minus_identity_are_last(
     eye = torch.eye(5, dtype=torch.float64)
     assert own_logit_ranks(eye).tolist() == [1] * 5
     assert own_logit_ranks(-eye).tolist() == [5] * 5
-    # a row whose own logit is beaten by exactly two others
+    # a row whose own logit is beaten by exactly two others; a row of zeros (a dead head)
+    # ties with every other logit and ranks last; one tie costs one place
     m = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
-    assert own_logit_ranks(m).tolist() == [3, 1, 3]
+    assert own_logit_ranks(m).tolist() == [3, 3, 3]
+    tie = torch.tensor([[2.0, 2.0, 1.0], [0.0, 3.0, 1.0], [1.0, 0.0, 1.0]])
+    assert own_logit_ranks(tie).tolist() == [2, 1, 2]
+    # the whole zero circuit of a dead head copies no token
+    assert own_logit_ranks(torch.zeros(2, 4, 4)).tolist() == [[4] * 4] * 2
 
 
 def test_a_low_rank_circuit_can_still_put_every_own_logit_on_top():
@@ -209,6 +216,16 @@ def test_sequence_losses_name_bad_targets():
     with pytest.raises(ValueError, match=r"^every sequence needs at least one target \(a True "
                                          r"in its row\)$"):
         sequence_losses(logits, tokens, empty_row)
+    # a token id outside the vocabulary of the logits (V = 3) is named, not an IndexError
+    for bad, lo, hi in ((3, 0, 3), (-1, -1, 0)):
+        wrong = tokens.clone()
+        wrong[1, 2] = bad
+        with pytest.raises(ValueError, match=rf"^token ids must lie in \[0, 3\), got values "
+                                             rf"from {lo} to {hi}$"):
+            sequence_losses(logits, wrong, torch.ones(2, 3, dtype=torch.bool))
+    top = tokens.clone()
+    top[0, 1] = 2  # V - 1 is a valid id
+    assert sequence_losses(logits, top, torch.ones(2, 3, dtype=torch.bool)).shape == (2,)
     # one target per row, at either end, is enough
     one = torch.zeros(2, 3, dtype=torch.bool)
     one[0, 0] = one[1, 2] = True

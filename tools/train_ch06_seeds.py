@@ -21,14 +21,25 @@ and after 6,000. For each seed and budget it measures, on the chapter's evaluati
 * the repeated tokens' loss with all layer-2 heads off and with only one of them on
   (``head_ablation_losses``).
 
-It saves ``book/data/ch06_seeds.pt`` (about 210 kB): per seed, the loss curves every 50
+A standard error shrinks with the number of sequences, so a bar of "so many standard errors"
+decides borderline heads differently on different batches. The path ablation is therefore
+also run on a second, larger batch of ``BIG_SIZE`` (2,048) fresh sequences (seed
+``BIG_SEED``), for these seeds at both budgets and for seeds 0 to 5 (their 3,000-step
+weights, loaded from ``book/data/ch06_induction.pt``): the mean rise and its standard error
+over the 2,048 sequences, the mean over each block of ``BLOCK`` (256) sequences, to show how
+much a 256-sequence batch moves it, and the layer-1 previous- and duplicate-token scores on
+the same batch.
+
+It saves ``book/data/ch06_seeds.pt`` (about 260 kB): per seed, the loss curves every 50
 steps to step 6,000, the summaries at both budgets and ``check_loss`` (the 3,000-step
-weights' mean next-token loss on the evaluation batch); and the 3,000-step weights of seed
-``SHOW_SEED`` (8), from which the notebook recomputes that seed's summary live.
+weights' mean next-token loss on the evaluation batch); the path-ablation results on the
+large batch (``"big"``); and the 3,000-step weights of seed ``SHOW_SEED`` (8), from which
+the notebook recomputes that seed's summary live.
 
 Each seed took about 3 minutes of CPU time on one core of the 2-core reference machine
 (AVX2 kernels, no AVX-512: a run on another processor may differ in the last bits of the
-losses and, through the training's sensitivity near the phase change, in later steps).
+losses and, through the training's sensitivity near the phase change, in later steps); the
+path ablation on the large batch about 5 s per model.
 ``--seeds`` trains a subset and ``--cache DIR`` keeps each trained run in ``DIR``, so two
 processes can share the work and the summaries can be recomputed without training::
 
@@ -58,7 +69,13 @@ SEEDS = tuple(range(6, 14))
 BUDGETS = (3000, 6000)
 #: The seed whose 3,000-step weights the file keeps, for the notebook's live check.
 SHOW_SEED = 8
+#: The large batch of the path ablation: its seed (no training or evaluation batch uses it),
+#: its size, and the size of the blocks whose means are kept.
+BIG_SEED = 2_000_000_000
+BIG_SIZE = 2048
+BLOCK = 256
 OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch06_seeds.pt"
+FIRST = OUT.parent / "ch06_induction.pt"  # seeds 0 to 5, written by train_ch06.py
 
 
 def train(seed: int) -> dict:
@@ -119,6 +136,40 @@ def summarise(model: lm.AttentionOnlyTransformer, batch: data.RepeatedSegments) 
     }
 
 
+def big_batch() -> data.RepeatedSegments:
+    cfg = base.CONFIG
+    return data.repeated_segments(BIG_SIZE, cfg["length"], cfg["vocab_size"],
+                                  cfg["segment_len"], seed=BIG_SEED)
+
+
+def path_effects(model: lm.AttentionOnlyTransformer, batch: data.RepeatedSegments) -> dict:
+    """Path-ablation rises of every layer-1 head on the large batch, and its layer-1 scores."""
+    tokens, targets = batch.tokens, batch.repeated[:, 1:]  # (N, L), (N, L - 1)
+    model.eval()
+    rises = lm.path_ablation_rises(model, tokens, targets).double()  # (h, 3, N)
+    h, n = rises.shape[0], rises.shape[-1]
+    mean, se = mean_se(rises)  # (h, 3) each
+    # (h, 3, N) -> (h, 3, N / BLOCK, BLOCK) -> block means (h, 3, N / BLOCK) -> (N / BLOCK, h, 3)
+    blocks = rises.reshape(h, 3, n // BLOCK, BLOCK).mean(-1).permute(2, 0, 1)
+    with torch.no_grad():
+        _, weights = model(tokens, return_weights=True)
+    first = weights[0].transpose(0, 1)  # layer 1: (B, h, L, L) -> (h, B, L, L)
+    return {"path_rise": mean, "path_se": se, "block_rise": blocks.contiguous(),
+            "previous": lm.previous_token_score(first),  # (h,)
+            "duplicate": lm.duplicate_token_score(first, tokens)}
+
+
+def first_seeds_effects(batch: data.RepeatedSegments) -> dict:
+    """``path_effects`` of seeds 0 to 5 after 3,000 steps, from their saved weights."""
+    first = torch.load(FIRST)
+    out = {}
+    for seed in first["seeds"]:
+        model = base.build_model(seed)
+        torch.nn.utils.vector_to_parameters(first["runs"][seed]["weights"], model.parameters())
+        out[seed] = {BUDGETS[0]: path_effects(model, batch)}
+    return out
+
+
 def load_or_train(seed: int, cache: Path | None) -> dict:
     path = None if cache is None else cache / f"seed{seed}.pt"
     if path is not None and path.exists():
@@ -145,15 +196,17 @@ def main() -> None:
         for seed in args.seeds:
             load_or_train(seed, args.cache)
         return
-    batch = base.eval_batch()
-    runs = {}
+    batch, big = base.eval_batch(), big_batch()
+    runs, effects = {}, first_seeds_effects(big)
     for seed in SEEDS:
         run = load_or_train(seed, args.cache)
         model = base.build_model(seed)
         summaries = {}
+        effects[seed] = {}
         for budget in BUDGETS:
             model.load_state_dict(run["weights"][budget])
             summaries[budget] = summarise(model, batch)
+            effects[seed][budget] = path_effects(model, big)
         model.load_state_dict(run["weights"][BUDGETS[0]])
         with torch.no_grad():
             check_loss = float(lm.next_token_losses(model(batch.tokens), batch.tokens).mean())
@@ -172,6 +225,7 @@ def main() -> None:
     save({"config": dict(base.CONFIG) | {"steps": max(BUDGETS)}, "seeds": SEEDS,
           "budgets": BUDGETS, "eval_every": base.EVAL_EVERY, "eval_seed": base.EVAL_SEED,
           "eval_size": base.EVAL_SIZE, "runs": runs, "show_seed": SHOW_SEED,
+          "big": {"seed": BIG_SEED, "size": BIG_SIZE, "block": BLOCK, "runs": effects},
           "show_weights": torch.nn.utils.parameters_to_vector(show.parameters()).detach()
           .clone()}, OUT)
 
