@@ -471,11 +471,12 @@ def blockwise_attention(
     gradient penalty, raises ``NotImplementedError``; :func:`blockwise_attention_per_head`
     is differentiable to any order). The accumulators (running sums, ``dQ``, ``dK``, ``dV``)
     are kept in the input's dtype, so in bfloat16 the gradients' error against a float64
-    reference is about twice that of ``F.scaled_dot_product_attention`` in bfloat16, which
-    accumulates in float32. ``torch.func`` transforms (``vmap``, ``grad``) are not supported:
-    the function is an old-style ``autograd.Function`` without ``setup_context``, and the
-    forward loop's ``matmul(..., out=)`` has no batching rule. Modifying ``mask`` in place
-    between the forward and the backward pass raises (autograd's version check).
+    reference is up to about twice that of ``F.scaled_dot_product_attention`` in bfloat16,
+    which accumulates in float32 (1.4 to 2.1 times for dQ, dK, dV in one causal case, L =
+    70). ``torch.func`` transforms (``vmap``, ``grad``) are not supported: the function is an
+    old-style ``autograd.Function`` without ``setup_context``, and the forward loop's
+    ``matmul(..., out=)`` has no batching rule. Modifying ``mask`` in place between the
+    forward and the backward pass raises (autograd's version check).
 
     Args:
         query: ``(..., L_q, d_k)``.
