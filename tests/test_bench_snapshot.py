@@ -88,7 +88,7 @@ def test_a_snapshot_is_refused_on_a_busy_machine(monkeypatch, capsys):
     monkeypatch.setattr(bench.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
     monkeypatch.setattr(bench, "measure", lambda *a: pytest.fail("measured on a busy machine"))
     monkeypatch.setattr(bench.sys, "argv", ["bench_attention.py", "--snapshot"])
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(SystemExit, match="^2$") as exit_:  # exit status 2
         bench.main()
     assert exit_.value.code == 2
     assert "refusing to snapshot" in capsys.readouterr().err
