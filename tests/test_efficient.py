@@ -10,6 +10,7 @@ and a full forward pass of the model at every decoding step.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -377,6 +378,14 @@ def test_a_mask_modified_in_place_after_the_forward_pass_raises_in_backward():
         torch.testing.assert_close(got, want, **TOL[torch.float64])
 
 
+#: the whole message, word for word: it names what is unsupported and the alternative
+SECOND_ORDER_MESSAGE = "^" + re.escape(
+    "blockwise_attention supports first-order gradients only: its backward pass "
+    "(FlashAttention's, recomputing every tile) is not differentiable, so create_graph=True "
+    "(double backward, a gradient penalty) is not supported; use "
+    "blockwise_attention_per_head, which ordinary autograd differentiates to any order") + "$"
+
+
 @pytest.mark.parametrize("fn", [
     lambda q, k, v: blockwise_attention(q, k, v, False, 3, query_block_size=2),
     lambda q, k, v: grouped_query_attention(q, k, v, block_size=3, query_block_size=2),
@@ -384,7 +393,7 @@ def test_a_mask_modified_in_place_after_the_forward_pass_raises_in_backward():
 def test_second_order_gradients_raise_instead_of_being_wrong(fn):
     q, k, v = (t.requires_grad_() for t in _qkv(67, (2, 1), 5, 7, d_k=3, d_v=2))
     out = fn(q, k, v)
-    with pytest.raises(NotImplementedError, match="blockwise_attention_per_head"):
+    with pytest.raises(NotImplementedError, match=SECOND_ORDER_MESSAGE):
         torch.autograd.grad(out.sum(), (q,), create_graph=True)
     # a gradient penalty (loss + |dL/dq|^2, differentiated again) raises too
     out = fn(q, k, v)
