@@ -23,7 +23,9 @@ grows like ``L**2``. The functions here compute the same result without that mat
 * :func:`grouped_query_attention`: ``h`` query heads sharing ``h_kv`` key/value heads (head
   ``i`` reads key/value head ``i // (h // h_kv)``, the ``repeat_interleave`` convention of
   PyTorch's ``enable_gqa``); ``h_kv = 1`` is multi-query attention. The forward pass never
-  repeats the keys and values in memory (one block of keys at a time at most).
+  repeats the keys and values in memory (one block of keys at a time at most); the backward
+  pass allocates the gradients of the keys and values for all ``h`` query heads before
+  summing each group.
 * :class:`KVCache`, :func:`generate`, :func:`kv_cache_bytes`: step-by-step decoding of an
   :class:`~attention_src.language_model.AttentionOnlyTransformer` with and without a cache of
   the keys and values of the tokens already seen, and the cache's size.
@@ -40,7 +42,6 @@ import time
 from typing import NamedTuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from attention_src.attention import check_qkv, scaled_dot_product_attention
 from attention_src.validation import check_mask, check_positive_int, check_tensor
@@ -298,7 +299,17 @@ class _BlockwiseAttention(torch.autograd.Function):
     """Blockwise attention with FlashAttention's backward pass: the forward pass saves only
     its inputs, its output and one log-sum-exp per query, and the backward pass recomputes
     every tile of weights, trading about a forward pass of extra arithmetic for memory linear
-    in ``L`` (autograd through the tile loop would keep every tile: ``L**2`` memory)."""
+    in ``L`` (autograd through the tile loop would keep every tile: ``L**2`` memory).
+
+    First-order gradients only: the backward pass is not itself differentiable, and asking
+    for a graph of it (``create_graph=True``, as a gradient penalty does) raises
+    ``NotImplementedError`` instead of returning wrong second derivatives. The mask is saved
+    with ``save_for_backward``, so modifying it in place between the forward and the backward
+    pass raises autograd's version-counter error instead of giving wrong gradients. Written
+    in the old style (``forward(ctx, ...)``, no ``setup_context``), so ``torch.func``
+    transforms (``vmap``, ``grad``) do not support it; nor does ``vmap`` support the
+    ``out=`` products of the forward loop.
+    """
 
     @staticmethod
     def forward(ctx, query, key, value, mask, causal, query_block_size, block_size, scale,
@@ -306,18 +317,26 @@ class _BlockwiseAttention(torch.autograd.Function):
         output, lse, computed = _blockwise_forward(query, key, value, causal,
                                                    query_block_size, block_size, mask, scale)
         counts.append(computed)
-        ctx.save_for_backward(query, key, value, output, lse)
-        ctx.mask = mask
+        # the mask too, so that an in-place change of it before backward raises (autograd's
+        # version counter) rather than silently changing the recomputed weights
+        ctx.save_for_backward(query, key, value, output, lse, mask)
         ctx.settings = (causal, query_block_size, block_size, scale)
         return output
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_out):
-        query, key, value, output, lse = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a second derivative is wanted
+            raise NotImplementedError(
+                "blockwise_attention supports first-order gradients only: its backward pass "
+                "(FlashAttention's, recomputing every tile) is not differentiable, so "
+                "create_graph=True (double backward, a gradient penalty) is not supported; "
+                "use blockwise_attention_per_head, which ordinary autograd differentiates "
+                "to any order"
+            )
+        query, key, value, output, lse, mask = ctx.saved_tensors
         causal, query_block_size, block_size, scale = ctx.settings
         grads = _blockwise_backward(grad_out, query, key, value, output, lse, causal,
-                                    query_block_size, block_size, ctx.mask, scale)
+                                    query_block_size, block_size, mask, scale)
         return (*grads, None, None, None, None, None, None)
 
 
@@ -448,6 +467,17 @@ def blockwise_attention(
     only the output and one log-sum-exp per query and recomputes each tile, at the price of
     computing every tile's scores a second time.
 
+    Limits of the backward pass: first-order gradients only (``create_graph=True``, e.g. a
+    gradient penalty, raises ``NotImplementedError``; :func:`blockwise_attention_per_head`
+    is differentiable to any order). The accumulators (running sums, ``dQ``, ``dK``, ``dV``)
+    are kept in the input's dtype, so in bfloat16 the gradients' error against a float64
+    reference is up to about twice that of ``F.scaled_dot_product_attention`` in bfloat16,
+    which accumulates in float32 (1.4 to 2.1 times for dQ, dK, dV in one causal case, L =
+    70). ``torch.func`` transforms (``vmap``, ``grad``) are not supported: the function is an
+    old-style ``autograd.Function`` without ``setup_context``, and the forward loop's
+    ``matmul(..., out=)`` has no batching rule. Modifying ``mask`` in place between the
+    forward and the backward pass raises (autograd's version check).
+
     Args:
         query: ``(..., L_q, d_k)``.
         key: ``(..., L_k, d_k)``.
@@ -522,11 +552,13 @@ def grouped_query_attention(
     attends with key/value head ``i // (h // h_kv)``: the result of repeating each key/value
     head ``h // h_kv`` times with ``repeat_interleave`` and running ordinary multi-head
     attention, the convention of PyTorch's ``enable_gqa=True``. ``h_kv = h`` is multi-head
-    attention, ``h_kv = 1`` multi-query attention. The repeat is never materialised in full:
-    the group axis broadcasts inside :func:`blockwise_attention`'s tiles (the batched product
-    copies one block of keys at a time), so the key/value cache of a decoder is ``h / h_kv``
-    times smaller. Differentiable like :func:`blockwise_attention`; the gradient of a shared
-    key or value head is the sum over the query heads that read it.
+    attention, ``h_kv = 1`` multi-query attention. The forward pass never materialises the
+    repeat in full: the group axis broadcasts inside :func:`blockwise_attention`'s tiles
+    (the batched product copies one block of keys at a time), so the key/value cache of a
+    decoder is ``h / h_kv`` times smaller. Differentiable like :func:`blockwise_attention`
+    (first order only); the gradient of a shared key or value head is the sum over the query
+    heads that read it. The backward pass does repeat: it allocates ``dK`` and ``dV`` for all
+    ``h`` query heads, ``(..., h_kv, h // h_kv, L_k, d)``, before summing each group.
 
     Args:
         query: ``(..., h, L_q, d_k)``.

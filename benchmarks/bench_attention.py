@@ -7,7 +7,11 @@ One command measures everything chapter 9 reads and writes its snapshot:
 (then re-execute the chapter: ``make execute NB=book/09_efficient_attention.ipynb``). Without
 ``--snapshot`` the results go only to the untracked ``benchmarks/results/``. It takes about
 10 minutes on an idle 2-core machine, much longer on a busy one; run it on an idle machine,
-since wall-clock time is what it reports first.
+since wall-clock time is what it reports first. ``--snapshot`` refuses to run (exit status 2,
+nothing written) when the 1-minute load average at the start exceeds ``MAX_LOAD_PER_CPU``
+(0.25) times the number of CPUs: a busy machine measures its load, not the code.
+``--allow-load`` overrides the check for a trial run; the meta file then records
+``"load_allowed": true`` (and ``tests/test_bench_snapshot.py`` still fails on such a snapshot).
 
 Methods, on ``(1, 8, L, 64)`` float32 queries, keys and values (batch 1, 8 heads, d 64):
 
@@ -49,10 +53,12 @@ included) and ``forward_backward``: the peak over the forward and the backward p
 reports as changed, the SHA-256 of ``attention_src/efficient.py``,
 ``attention_src/profiling.py`` and this file (``tests/test_bench_snapshot.py`` fails when a
 snapshot's hashes no longer match the files), the CPU model and its cache sizes read from
-``/sys``, torch's version, the thread counts, the load average, the matmul rates, and the
-run's duration.
+``/sys``, the page size and the transparent-huge-page setting (they decide how many page
+faults a fresh allocation costs), torch's version, the thread counts, the 1-, 5- and 15-minute
+load averages at the start and at the end, the bound on the start load and whether
+``--allow-load`` lifted it, the matmul rates, and the run's duration.
 
-Usage: python benchmarks/bench_attention.py [--snapshot] [--quick] [--tiles]
+Usage: python benchmarks/bench_attention.py [--snapshot [--allow-load]] [--quick] [--tiles]
 ``--quick``: L up to 1024, prints, writes nothing. ``--tiles``: compare tile sizes of
 ``blockwise_attention`` against fused at L = 4096, prints, writes nothing.
 """
@@ -89,6 +95,9 @@ DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 GRAD_LENGTHS = [256, 512, 1024, 2048, 4096]
 KEPT_LENGTHS = [1024, 2048, 4096]
 ALL_THREADS = len(os.sched_getaffinity(0))
+#: a snapshot needs a 1-minute load average at the start of at most this times the CPUs
+MAX_LOAD_PER_CPU = 0.25
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 # (heap, threads, methods, lengths): the settings timed, each in its own child process
 SETTINGS = (("default", 1, METHODS, DEFAULT_LENGTHS),
             ("default", ALL_THREADS, tuple(m for m in METHODS if m != "book"), DEFAULT_LENGTHS),
@@ -306,7 +315,23 @@ def machine() -> dict:
         if kind != "Instruction":
             caches[f"L{level}"] = {"size": size, "shared_cpu_list": shared}
     return {"cpu_model": model, "cpus": ALL_THREADS, "caches": caches,
-            "libc": " ".join(platform.libc_ver())}
+            "libc": " ".join(platform.libc_ver()), "page_size": os.sysconf("SC_PAGE_SIZE"),
+            "transparent_hugepage": thp_setting()}
+
+
+def thp_setting() -> str:
+    """The kernel's transparent-huge-page mode, the bracketed word of ``enabled`` (e.g.
+    ``madvise``), or ``"unknown"`` where the file is absent."""
+    try:
+        text = THP.read_text()
+    except OSError:
+        return "unknown"
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else text.strip()
+
+
+def load_bound(cpus: int = ALL_THREADS) -> float:
+    """The largest 1-minute load average at the start that a snapshot accepts."""
+    return MAX_LOAD_PER_CPU * cpus
 
 
 def run_child(args: list[str], env_extra: dict | None = None, threads: int = 1) -> dict:
@@ -439,6 +464,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--snapshot", action="store_true",
                    help="also write the results into book/data/ for chapter 9")
+    p.add_argument("--allow-load", action="store_true",
+                   help="snapshot even on a busy machine (recorded in the meta file)")
     p.add_argument("--quick", action="store_true", help="L up to 1024; writes nothing")
     p.add_argument("--tiles", action="store_true", help="compare tile sizes at L = 4096")
     p.add_argument("--timing-child", action="store_true", help=argparse.SUPPRESS)
@@ -463,6 +490,12 @@ def main() -> None:
     lengths = [x for x in DEFAULT_LENGTHS if x <= 1024] if args.quick else DEFAULT_LENGTHS
     started = time.perf_counter()
     load = os.getloadavg()
+    if args.snapshot and load[0] > load_bound() and not args.allow_load:
+        print(f"refusing to snapshot: the 1-minute load average is {load[0]:.2f}, above "
+              f"{load_bound():.2f} ({MAX_LOAD_PER_CPU} x {ALL_THREADS} CPUs); a busy machine "
+              "measures its load, not the code. Run it on an idle machine (or pass "
+              "--allow-load for a trial, which the meta file records).", file=sys.stderr)
+        sys.exit(2)
     print(f"attention: batch 1, {HEADS} heads, d {D}, float32; threads 1 and {ALL_THREADS}; "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     rows, memory_rows, extra = measure(lengths, args.quick)
@@ -478,7 +511,8 @@ def main() -> None:
         "sha256": file_hashes(), **machine(), "torch": torch.__version__,
         "threads": sorted({1, ALL_THREADS}), "heads": HEADS, "d": D, "batch": 1,
         "per_head_tile": PER_HEAD_TILE, "kept_heap_env": KEEP_HEAP_ENV,
-        "load_average_start": load, "load_average_end": load_end, **extra,
+        "load_average_start": load, "load_average_end": load_end,
+        "max_start_load": load_bound(), "load_allowed": bool(args.allow_load), **extra,
         "seconds": time.perf_counter() - started,
     }
     RESULTS.mkdir(exist_ok=True)

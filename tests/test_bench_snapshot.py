@@ -69,6 +69,44 @@ def test_the_snapshot_holds_every_timed_case():
     assert set(found) == expected, f"missing or extra cases: {RERUN}"
 
 
+def test_the_snapshot_was_taken_on_an_idle_machine():
+    # wall-clock times on a busy machine measure its load: the snapshot's 1-minute load
+    # average at the start must be within the bound the benchmark enforces, not overridden
+    meta = _meta()
+    bound = bench.load_bound(meta["cpus"])
+    assert meta["load_average_start"][0] <= bound, (
+        f"the snapshot started at load {meta['load_average_start'][0]:.2f}, above "
+        f"{bound:.2f} ({bench.MAX_LOAD_PER_CPU} x {meta['cpus']} CPUs): {RERUN} on an "
+        "idle machine")
+    assert not meta.get("load_allowed", False), f"taken with --allow-load: {RERUN}"
+    for key in ("load_average_end", "page_size", "transparent_hugepage"):
+        assert key in meta, f"the meta file lacks {key}: {RERUN}"
+
+
+def test_a_snapshot_is_refused_on_a_busy_machine(monkeypatch, capsys):
+    # the refusal happens before anything is measured or written
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    monkeypatch.setattr(bench, "measure", lambda *a: pytest.fail("measured on a busy machine"))
+    monkeypatch.setattr(bench.sys, "argv", ["bench_attention.py", "--snapshot"])
+    with pytest.raises(SystemExit, match="^2$") as exit_:  # exit status 2
+        bench.main()
+    assert exit_.value.code == 2
+    assert "refusing to snapshot" in capsys.readouterr().err
+
+
+def test_the_load_bound_is_a_quarter_of_the_cpus():
+    assert bench.load_bound(2) == 0.5 and bench.load_bound(8) == 2.0
+
+
+def test_the_page_settings_are_read_from_the_kernel(tmp_path, monkeypatch):
+    thp = tmp_path / "enabled"
+    thp.write_text("always [madvise] never\n")
+    monkeypatch.setattr(bench, "THP", thp)
+    assert bench.thp_setting() == "madvise"
+    monkeypatch.setattr(bench, "THP", tmp_path / "absent")
+    assert bench.thp_setting() == "unknown"
+
+
 def test_the_snapshot_holds_every_memory_case():
     rows = _rows("attention_memory.csv")
     expected = {(m, str(L), str(c), "no_grad") for m in bench.METHODS

@@ -10,6 +10,7 @@ and a full forward pass of the model at every decoding step.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -356,6 +357,65 @@ def test_recomputing_backward_passes_gradcheck(causal):
         return blockwise_attention(q, k, v, causal, 4, query_block_size=3, mask=mask)
 
     assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_a_mask_modified_in_place_after_the_forward_pass_raises_in_backward():
+    # the backward pass recomputes the weights from the mask: a mask changed in between would
+    # give the gradients of another function, so autograd's version check must stop it
+    q, k, v = (t.requires_grad_() for t in _qkv(65, (2,), 6, 6))
+    mask = random_mask(66, 6, 6, p=0.7)
+    mask[:, 0] = True
+    out = blockwise_attention(q, k, v, block_size=2, query_block_size=3, mask=mask)
+    mask.fill_(True)  # the caller reuses its mask buffer before calling backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _gradients(out, (q, k, v))
+    # left alone, the same call differentiates fine (the error is the mask's doing)
+    mask2 = random_mask(66, 6, 6, p=0.7)
+    mask2[:, 0] = True
+    out = blockwise_attention(q, k, v, block_size=2, query_block_size=3, mask=mask2)
+    ref = scaled_dot_product_attention(q, k, v, mask2)[0]
+    for got, want in zip(_gradients(out, (q, k, v)), _gradients(ref, (q, k, v)), strict=True):
+        torch.testing.assert_close(got, want, **TOL[torch.float64])
+
+
+#: the whole message, word for word: it names what is unsupported and the alternative
+SECOND_ORDER_MESSAGE = "^" + re.escape(
+    "blockwise_attention supports first-order gradients only: its backward pass "
+    "(FlashAttention's, recomputing every tile) is not differentiable, so create_graph=True "
+    "(double backward, a gradient penalty) is not supported; use "
+    "blockwise_attention_per_head, which ordinary autograd differentiates to any order") + "$"
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q, k, v: blockwise_attention(q, k, v, False, 3, query_block_size=2),
+    lambda q, k, v: grouped_query_attention(q, k, v, block_size=3, query_block_size=2),
+], ids=["blockwise", "gqa"])
+def test_second_order_gradients_raise_instead_of_being_wrong(fn):
+    q, k, v = (t.requires_grad_() for t in _qkv(67, (2, 1), 5, 7, d_k=3, d_v=2))
+    out = fn(q, k, v)
+    with pytest.raises(NotImplementedError, match=SECOND_ORDER_MESSAGE):
+        torch.autograd.grad(out.sum(), (q,), create_graph=True)
+    # a gradient penalty (loss + |dL/dq|^2, differentiated again) raises too
+    out = fn(q, k, v)
+    with pytest.raises(NotImplementedError, match="first-order"):
+        (grad_q,) = torch.autograd.grad(out.pow(2).sum(), (q,), create_graph=True)
+        torch.autograd.grad(grad_q.pow(2).sum(), (k,))
+    # first order, without create_graph, still works
+    (grad_q,) = torch.autograd.grad(fn(q, k, v).sum(), (q,))
+    assert grad_q.shape == q.shape
+
+
+def test_the_per_head_loop_gives_second_order_gradients_equal_to_torch_sdpa():
+    # the alternative the error names: a gradient penalty through it equals PyTorch's
+    q, k, v = (t.requires_grad_() for t in _qkv(68, (2,), 5, 7, d_k=3, d_v=2))
+
+    def penalty(out):
+        (grad_q,) = torch.autograd.grad(out.sum(), (q,), create_graph=True)
+        return torch.autograd.grad(out.pow(2).sum() + grad_q.pow(2).sum(), (k,))[0]
+
+    got = penalty(blockwise_attention_per_head(q, k, v, False, 3, query_block_size=2))
+    want = penalty(F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(got, want, **TOL[torch.float64])
 
 
 def test_backward_of_only_the_inputs_that_need_it():
