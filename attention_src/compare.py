@@ -296,8 +296,12 @@ class ConvLayer(nn.Module):
         return self.conv(xc).transpose(1, 2)  # (B, n, d)
 
 
-#: the kinds whose window can be centred
-WINDOWED = ("convolution", "dilated convolution", "restricted")
+#: the kinds whose window can be centred in a stack. Not the dilated stack: its layer ``l``
+#: moves a signal by ``-k**l``, 0 or ``+k**l`` positions, and with zero padding outside the
+#: sequence some pairs of positions are never connected (for ``k = 3``, input 0 never
+#: reaches output 15: the only sum of such moves that gives 15, ``27 - 9 - 3``, leaves the
+#: sequence after the first move), however many layers are stacked.
+WINDOWED = ("convolution", "restricted")
 
 
 def _check_kind(kind: object, centred: object, k: int, r: int) -> None:
