@@ -1,7 +1,9 @@
 """Tests of attention_src.compare (chapter 7): each layer against an independent reference,
 the analytic FLOP counts against FlopCounterMode, and path lengths against their formulas."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from torch import nn
 
 from attention_src import compare as C
 from attention_src.softmax import band_mask
+from attention_src.utils import count_parameters
 
 DT = torch.float64
 
@@ -967,3 +970,29 @@ def test_longest_matmul_chain_names_a_non_tensor_and_misses_what_is_no_product()
     assert C.longest_matmul_chain(a + a @ a) == 1
     # the same weight used twice in a row counts twice
     assert C.longest_matmul_chain(a @ a @ a) == 2
+
+
+_DIGITS = Path(__file__).resolve().parents[1] / "book" / "data" / "ch07_digits.json"
+
+
+@pytest.mark.skipif(not _DIGITS.exists(), reason="the book's data are not in this copy")
+def test_saved_digits_results_cover_every_seed_and_model_of_the_stated_size():
+    data = json.loads(_DIGITS.read_text())
+    seeds = [str(s) for s in range(16)]
+    assert [str(s) for s in data["seeds"]] == seeds
+    # every model and the forest on every seed, in order; accuracies are shares of n_test
+    for per_seed in (*data["runs"].values(), data["baselines"]["sorted forest"]):
+        assert list(per_seed) == seeds
+    for per_seed in data["runs"].values():
+        for run in per_seed.values():
+            assert (run["acc"] * data["n_test"]) == pytest.approx(
+                round(run["acc"] * data["n_test"]), abs=1e-4)
+            assert len(run["first_losses"]) == data["live_steps"]
+    models = {"attention": ("attention", 16, True), "convolution": ("convolution", 16, True),
+              "attention without position": ("attention", 16, False),
+              "attention, d = 24": ("attention", 24, True),
+              "convolution, d = 11": ("convolution", 11, True)}
+    assert set(data["runs"]) == set(models) == set(data["params"])
+    for name, (mixer, d, position) in models.items():
+        model = C.PixelClassifier(mixer, d=d, position=position)
+        assert data["params"][name] == count_parameters(model), name
