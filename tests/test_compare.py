@@ -996,3 +996,15 @@ def test_saved_digits_results_cover_every_seed_and_model_of_the_stated_size():
     for name, (mixer, d, position) in models.items():
         model = C.PixelClassifier(mixer, d=d, position=position)
         assert data["params"][name] == count_parameters(model), name
+
+
+def test_a_centred_window_is_checked_on_the_kind_s_own_width():
+    # restricted attention centres r, the convolution k: the other width may be even
+    C.make_stack("restricted", 1, 2, k=4, r=3, centred=True)
+    C.make_stack("convolution", 1, 2, k=3, r=4, centred=True)
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd r, got r = 4$"):
+        C.make_stack("restricted", 1, 2, k=3, r=4, centred=True)
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd k, got k = 4$"):
+        C.make_stack("convolution", 1, 2, k=4, r=3, centred=True)
+    with pytest.raises(TypeError, match=r"^centred must be a bool, got int$"):
+        C.make_stack("convolution", 1, 2, centred=1)

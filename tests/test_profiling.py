@@ -631,3 +631,22 @@ def test_mean_cost_and_best_ms_interleaved_name_each_bad_argument():
         best_ms_interleaved({"a": lambda: None, "b": 2})
     with pytest.raises(ValueError, match="^rounds must be positive, got 0$"):
         best_ms_interleaved({"a": lambda: None}, rounds=0)
+
+
+def test_mean_cost_stops_at_exactly_min_ms_of_the_default_100(monkeypatch):
+    fake = _FakeUsage()
+    monkeypatch.setattr(profiling, "resource", fake)
+    monkeypatch.setattr(profiling, "time", fake)
+    monkeypatch.setattr(profiling, "_SCOPES", {"thread": "thread", "process": "self"})
+    fake.cpu = 0.0  # from 0, the sums below are exact in binary floating point
+    calls = []
+
+    def work():  # 50 ms of CPU a call: two calls are exactly 0.1 s (0.05 + 0.05 == 0.1)
+        calls.append(1)
+        fake.step(0.05, 0.05, 0.05, 0.0, 0)
+
+    mean_cost(work, warm_up=0)  # 100 ms by default: two calls reach it exactly
+    assert len(calls) == 2
+    calls.clear()
+    mean_cost(work, 100.05, warm_up=0)  # 0.1 s falls short of 100.05 ms: a third call
+    assert len(calls) == 3
