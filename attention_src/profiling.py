@@ -19,19 +19,32 @@
   than glibc's ``mmap`` threshold is new memory from the kernel, and the first write to each
   4 KiB page of it is a page fault, paid in system time; ``best_ms`` and
   ``time.thread_time`` count that time together with the arithmetic, this split does not.
+* :func:`mean_cost`: the mean :class:`CpuCost` per call over as many calls as fill a given
+  CPU time, long enough for the user/system split, which the kernel makes per clock tick, to
+  mean something for calls shorter than a tick (chapter 7).
+* :func:`best_ms_interleaved`: the best CPU time of each of several calls, timed in turn over
+  a few rounds, so that a busy moment of the machine spoils one round, not one call.
 * :data:`KEEP_HEAP_ENV`: the environment variables that tell glibc's allocator to keep freed
   memory in the process, so that a repeated allocation is not a fresh mapping again (they
   act at the start of a process: set them for a child process).
+* :func:`set_heap`: the same choice made inside a running process with glibc's ``mallopt``,
+  in one of two states, every freed block kept or every large one handed back;
+  :func:`heap_control_missing` says why it cannot work where it cannot (not Linux with glibc).
 * :func:`slope`: the least-squares exponent ``p`` of ``y ~ c * x**p``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
+import numbers
+import platform
 import resource
 import statistics
+import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -40,8 +53,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention_src.validation import check_positive_int
 
-__all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "best_ms", "CpuCost", "measure_call",
-           "median_cost", "KEEP_HEAP_ENV", "slope"]
+__all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "best_ms", "best_ms_interleaved",
+           "CpuCost", "measure_call", "median_cost", "mean_cost", "KEEP_HEAP_ENV", "HEAP_STATES",
+           "heap_control_missing", "set_heap", "slope"]
 
 #: The matrix-product operators whose work :class:`TensorMemory` counts; for each, the last
 #: two positional arguments are the factors ``(..., m, k)`` and ``(..., k, n)``.
@@ -154,12 +168,77 @@ def best_ms(fn: Callable, repeats: int = 3) -> float:
     return 1e3 * min(times)
 
 
-#: glibc's malloc, told by these variables (read when a process starts) to serve every
-#: allocation below 4 GiB from its heap and never to return freed heap memory to the
-#: operating system: after a first call, a repeated call reuses the pages it touched before
-#: instead of mapping (and faulting in) new ones. Pass them to a child process, e.g.
-#: ``subprocess.run(cmd, env={**os.environ, **KEEP_HEAP_ENV})``; other C libraries ignore them.
-KEEP_HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+#: glibc's malloc, told by these variables (read when a process starts) never to serve an
+#: allocation with a memory mapping of its own (``MALLOC_MMAP_MAX_=0``: every block comes
+#: from the heap) and to return freed heap memory to the operating system only above 64 GiB
+#: of free memory at the top of the heap: after a first call, a repeated call reuses the
+#: pages it touched before instead of mapping (and faulting in) new ones. Both are
+#: documented values (``mallopt(3)``: ``M_MMAP_MAX`` 0 "disables the use of mmap";
+#: ``M_TRIM_THRESHOLD`` has no upper limit, unlike ``M_MMAP_THRESHOLD``, whose maximum is
+#: 32 MiB on 64-bit systems and which older glibc refuses above it). Pass them to a child
+#: process, e.g. ``subprocess.run(cmd, env={**os.environ, **KEEP_HEAP_ENV})``; other C
+#: libraries ignore them.
+KEEP_HEAP_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+# mallopt's parameter numbers, from glibc's malloc.h
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+
+#: The two states :func:`set_heap` sets, as ``(mallopt parameter, value)`` pairs, all values
+#: within the limits ``mallopt(3)`` documents. ``"kept"``: no allocation is a mapping of its
+#: own (``M_MMAP_MAX`` 0) and the heap is never trimmed (``M_TRIM_THRESHOLD`` -1), so freed
+#: memory stays in the process. ``"returned"``: every block above 128 KiB is a mapping of its
+#: own (``M_MMAP_THRESHOLD``, glibc's starting value, fixed) and goes back to the operating
+#: system when freed, and the top of the heap is trimmed above 128 KiB (``M_TRIM_THRESHOLD``,
+#: its default); ``M_MMAP_MAX`` is back at its default, 65536.
+HEAP_STATES = {
+    "kept": ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1)),
+    "returned": ((_M_MMAP_MAX, 65536), (_M_MMAP_THRESHOLD, 128 * 1024),
+                 (_M_TRIM_THRESHOLD, 128 * 1024)),
+}
+
+
+def heap_control_missing() -> str | None:
+    """Why :func:`set_heap` cannot work on this system, as a sentence; ``None`` where it can.
+
+    It needs Linux (where ``getrusage`` also counts per thread, ``RUSAGE_THREAD``) and the GNU
+    C library, whose ``mallopt`` it calls; macOS, Windows or a Linux with musl lack them.
+    """
+    if not sys.platform.startswith("linux"):
+        return f"the allocator settings need Linux with glibc; this system is {sys.platform}"
+    libc, _ = platform.libc_ver()
+    if libc != "glibc":
+        return f"the allocator settings need glibc; this Linux has {libc or 'another C library'}"
+    return None
+
+
+def set_heap(state: str) -> None:
+    """Fix glibc's allocator in one state of :data:`HEAP_STATES`: ``"kept"`` or ``"returned"``.
+
+    By default glibc hands a freed block larger than its *mmap threshold* back to the
+    operating system, and raises that threshold (from 128 KiB up to 32 MiB) as the process
+    frees large blocks, so whether a repeated call gets fresh pages, and pays a page fault
+    for each, depends on what the process did before. After ``set_heap`` it does not: in
+    ``"kept"`` a repeated call reuses the memory of the last one, in ``"returned"`` every
+    block above 128 KiB is fresh memory on every call. The setting holds for the whole
+    process, every thread, until the next ``set_heap``. It cannot be undone: once any of
+    these parameters is set, glibc never goes back to moving its threshold, and the memory
+    kept in ``"kept"`` stays with the process until it is trimmed in ``"returned"``. Call it
+    in a process that measures in the states it sets from then on (a notebook, a child
+    process), not in one whose other measurements expect glibc's default.
+
+    Raises ``ValueError`` for another state, ``RuntimeError`` where
+    :func:`heap_control_missing` gives a reason or ``mallopt`` refuses a value.
+    """
+    if not isinstance(state, str) or state not in HEAP_STATES:
+        raise ValueError(f"state must be one of {tuple(HEAP_STATES)}, got {state!r}")
+    why_not = heap_control_missing()
+    if why_not is not None:
+        raise RuntimeError(why_not)
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    for param, value in HEAP_STATES[state]:
+        if mallopt(param, value) != 1:  # mallopt returns 1 on success, 0 on error
+            raise RuntimeError(f"mallopt({param}, {value}) was refused")
 
 _SCOPES = {"thread": getattr(resource, "RUSAGE_THREAD", None), "process": resource.RUSAGE_SELF}
 
@@ -236,6 +315,65 @@ def median_cost(fn: Callable, repeats: int = 5, *, scope: str = "thread") -> Cpu
             del out  # freed before the next call, as a caller that drops it would
             costs.append(cost)
     return CpuCost(*(statistics.median(field) for field in zip(*costs, strict=True)))
+
+
+def mean_cost(fn: Callable, min_ms: float = 100.0, *, warm_up: int = 3,
+              scope: str = "thread") -> CpuCost:
+    """The mean :class:`CpuCost` per call of ``fn()`` over as many calls as take ``min_ms``
+    of CPU time (at least one call), after ``warm_up`` calls; without autograd.
+
+    The kernel splits CPU time into user and system time once per clock tick (every few
+    milliseconds), so the split of one short call is mostly 0 or a whole tick; summed over
+    ``min_ms`` of calls and divided by their number it is a mean per call. Each call's result
+    is dropped before the next call. See :func:`measure_call` for ``scope``.
+    """
+    _check_callable(fn)
+    if isinstance(min_ms, bool) or not isinstance(min_ms, numbers.Real):
+        raise TypeError(f"min_ms must be a number of milliseconds, got {type(min_ms).__name__}")
+    if not (math.isfinite(min_ms) and min_ms > 0):
+        raise ValueError(f"min_ms must be positive and finite, got {min_ms}")
+    if isinstance(warm_up, bool) or not isinstance(warm_up, int):
+        raise TypeError(f"warm_up must be an int, got {type(warm_up).__name__}")
+    if warm_up < 0:
+        raise ValueError(f"warm_up must be at least 0, got {warm_up}")
+    _check_scope(scope)
+    clock = getattr(time, _CLOCKS[scope])
+
+    def calls_until_min_ms() -> int:
+        calls, start = 0, clock()
+        while True:
+            fn()  # the result is dropped here, before the next call
+            calls += 1
+            if clock() - start >= min_ms / 1e3:
+                return calls
+
+    with torch.no_grad():
+        for _ in range(warm_up):  # first-call allocations; the allocator settles
+            fn()
+        calls, total = measure_call(calls_until_min_ms, scope=scope)
+    return CpuCost(*(field / calls for field in total))
+
+
+def best_ms_interleaved(calls: Mapping[Hashable, Callable], rounds: int = 5
+                        ) -> dict[Hashable, float]:
+    """Best CPU time (ms) of each call in ``calls``, ``{key: fn}``, over ``rounds`` rounds.
+
+    Each round times every call once with ``best_ms(fn, repeats=1)`` (a warm-up call, then one
+    timed call), in the order of ``calls``; a call's result is its fastest round. Taking turns
+    means that a moment when another process holds the CPU spoils one round of every call,
+    not every round of one call. Returns ``{key: ms}`` in the order of ``calls``.
+    """
+    if not isinstance(calls, Mapping):
+        raise TypeError(f"calls must be a mapping {{key: function}}, got {type(calls).__name__}")
+    for key, fn in calls.items():
+        if not callable(fn):
+            raise TypeError(f"calls[{key!r}] must be callable, got {type(fn).__name__}")
+    check_positive_int("rounds", rounds)
+    best = {key: math.inf for key in calls}
+    for _ in range(rounds):
+        for key, fn in calls.items():
+            best[key] = min(best[key], best_ms(fn, repeats=1))
+    return best
 
 
 def slope(xs, ys) -> float:

@@ -1,7 +1,9 @@
 """Tests of attention_src.compare (chapter 7): each layer against an independent reference,
 the analytic FLOP counts against FlopCounterMode, and path lengths against their formulas."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from torch import nn
 
 from attention_src import compare as C
 from attention_src.softmax import band_mask
+from attention_src.utils import count_parameters
 
 DT = torch.float64
 
@@ -163,7 +166,7 @@ def test_path_length_tries_64_layers_by_default(monkeypatch):
     stacks are stubbed: a real 65-layer search takes seconds.)"""
     depths = []
 
-    def fake_stack(kind, n_layers, d, k, r):
+    def fake_stack(kind, n_layers, d, k, r, centred):
         depths.append(n_layers)
         return nn.Identity()
 
@@ -369,6 +372,11 @@ INT_ARGS = [
     ("analytic_flops.n", "n", 1, lambda v: C.analytic_flops(C.ConvLayer(2, 2), v)),
     ("analytic_flops.batch", "batch", 1, lambda v: C.analytic_flops(C.ConvLayer(2, 2), 3, v)),
     ("path_length.n", "n", 2, lambda v: C.path_length("recurrent", v)),
+    ("path_length.d", "d", 1, lambda v: C.path_length("recurrent", 3, d=v)),
+    ("path_length.k", "k", 2, lambda v: C.path_length("convolution", 3, k=v)),
+    ("path_length.r", "r", 2, lambda v: C.path_length("restricted", 3, r=v)),
+    ("path_length.seed", "seed", 0, lambda v: C.path_length("recurrent", 3, seed=v)),
+    ("LSTMLayer.d", "d", 1, lambda v: C.LSTMLayer(v)),
     ("path_length.max_layers", "max_layers", 1,
      lambda v: C.path_length("self-attention", 3, max_layers=v)),
     ("PixelClassifier.d", "d", 1, lambda v: C.PixelClassifier("convolution", d=v)),
@@ -380,6 +388,10 @@ INT_ARGS = [
      lambda v: C.train_pixel_classifier(C.PixelClassifier("convolution", d=1),
                                         torch.rand(2, 8, 8), torch.arange(2), torch.arange(2),
                                         seed=0, steps=1, batch=v)),
+    ("train_pixel_classifier.seed", "seed", 0,
+     lambda v: C.train_pixel_classifier(C.PixelClassifier("convolution", d=1),
+                                        torch.rand(2, 8, 8), torch.arange(2), torch.arange(2),
+                                        seed=v, steps=1, batch=2)),
 ]
 
 
@@ -404,8 +416,10 @@ def test_integer_arguments_refuse_bools_and_floats_by_name(label, name, minimum,
 
 @pytest.mark.parametrize("make", [lambda: C.SelfAttentionLayer(3),
                                   lambda: C.RestrictedSelfAttentionLayer(3, 2),
-                                  lambda: C.RecurrentLayer(3), lambda: C.ConvLayer(3, 2)],
-                         ids=["self-attention", "restricted", "recurrent", "convolution"])
+                                  lambda: C.RecurrentLayer(3), lambda: C.ConvLayer(3, 2),
+                                  lambda: C.LSTMLayer(3)],
+                         ids=["self-attention", "restricted", "recurrent", "convolution",
+                              "lstm"])
 def test_layers_name_a_bad_input_shape_or_width(make):
     layer = make()
     for bad in ([[1.0, 2.0, 3.0]], torch.randn(4, 3), torch.randn(3), torch.randn(1, 2, 4, 3)):
@@ -414,6 +428,11 @@ def test_layers_name_a_bad_input_shape_or_width(make):
     # n = 5 positions of width 4: the message gives the width (4), not the length (5)
     with pytest.raises(ValueError, match=r"^x has width 4, the layer expects d = 3$"):
         layer(torch.randn(2, 5, 4))
+    # no positions: every layer refuses alike (none returns an empty output, none fails late)
+    with pytest.raises(ValueError, match=r"^x must hold at least one position, "
+                                         r"got shape \(2, 0, 3\)$"):
+        layer(torch.randn(2, 0, 3))
+    assert layer(torch.randn(2, 1, 3)).shape == (2, 1, 3)  # one position is enough
 
 
 def test_recurrent_gain_messages_are_anchored_and_int_gains_work():
@@ -711,3 +730,281 @@ def test_path_length_defaults_leave_the_same_state_as_explicit_values():
     after_default = torch.rand(4)
     assert C.path_length("convolution", 6, d=4, k=3, r=3, max_layers=64, seed=0) == 3
     assert torch.equal(torch.rand(4), after_default)
+
+
+# --- centred windows, the LSTM layer, more product nodes, checked arguments (issue 19) ------
+
+
+@pytest.mark.parametrize("r", [1, 3, 5, 9])
+def test_centred_restricted_matches_dense_attention_with_a_symmetric_band(r):
+    torch.manual_seed(2)
+    layer = C.RestrictedSelfAttentionLayer(5, r, centred=True).double()
+    x = _x(3, 8, 5)
+    q, k, v = (x @ p.weight.T for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    mask = band_mask(8, (r + 1) // 2)  # (n, n): |i - j| <= (r - 1) / 2
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.allclose(layer(x), ref, atol=1e-12)
+    # weights (B, n, r): column t of row i is key i - (r - 1) / 2 + t, 0 outside the sequence
+    w = layer.weights(x)
+    dense = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(5)).masked_fill(
+        ~mask, float("-inf")), -1)  # (B, n, n)
+    half = (r - 1) // 2
+    for i in range(8):
+        for t in range(r):
+            j = i - half + t
+            expected = dense[:, i, j] if 0 <= j < 8 else torch.zeros(3, dtype=DT)
+            assert torch.allclose(w[:, i, t], expected, atol=1e-12)
+
+
+@pytest.mark.parametrize(("k", "dilation"), [(1, 1), (3, 1), (5, 1), (3, 2)])
+def test_centred_conv_matches_conv1d_with_same_padding(k, dilation):
+    torch.manual_seed(3)
+    layer = C.ConvLayer(4, k, dilation=dilation, centred=True).double()
+    ref = nn.Conv1d(4, 4, k, dilation=dilation, padding=(k - 1) // 2 * dilation).double()
+    ref.load_state_dict(layer.conv.state_dict())
+    x = _x(2, 9, 4)
+    assert torch.allclose(layer(x), ref(x.transpose(1, 2)).transpose(1, 2), atol=1e-12)
+    assert layer.centred and not C.ConvLayer(4, k, dilation=dilation).centred
+
+
+@pytest.mark.parametrize("n", [2, 5, 16, 33])
+@pytest.mark.parametrize("k", [3, 5])
+def test_centred_path_lengths_follow_their_formulas(n, k):
+    half = (k - 1) // 2  # positions a centred window reaches on each side
+    assert C.path_length("convolution", n, k=k, centred=True) == math.ceil((n - 1) / half)
+    assert C.path_length("restricted", n, r=k, centred=True) == math.ceil((n - 1) / half)
+
+
+def test_a_centred_dilated_stack_is_refused_since_it_leaves_pairs_unconnected():
+    with pytest.raises(ValueError, match=r"^only \('convolution', 'restricted'\) have a "
+                                         r"window to centre, got kind 'dilated convolution'$"):
+        C.make_stack("dilated convolution", 2, 3, centred=True)
+    # why: dilations 1, 3, 9, 27 centred, as a ConvLayer stack; input 0 never reaches
+    # output 15 of 16 (the one way, -3 at the second layer, leaves the sequence)
+    torch.manual_seed(0)
+    stack = torch.nn.Sequential(*(C.ConvLayer(2, 3, dilation=3**layer, centred=True)
+                                  for layer in range(4))).double()
+    x = _x(1, 16, 2).requires_grad_(True)
+    stack(x)[:, 15].sum().backward()
+    assert bool((x.grad[:, 0] == 0).all())
+    assert bool((x.grad[:, 15] != 0).any())  # the gradient itself is not zero
+
+
+def test_centred_windows_see_both_ways_and_causal_ones_only_back():
+    x = _x(1, 9, 2)
+    for centred in (False, True):
+        for kind in ("convolution", "restricted"):
+            torch.manual_seed(5)
+            stack = C.make_stack(kind, 8, 2, centred=centred).double()
+            z = x.clone().requires_grad_(True)
+            stack(z)[:, 0].sum().backward()  # output 0 from input 8
+            assert bool((z.grad[:, -1] != 0).any()) is centred, (kind, centred)
+
+
+def test_centred_windows_are_checked():
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd r, got r = 4$"):
+        C.RestrictedSelfAttentionLayer(3, 4, centred=True)
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd k, got k = 2$"):
+        C.ConvLayer(3, 2, centred=True)
+    with pytest.raises(TypeError, match=r"^centred must be a bool, got int$"):
+        C.ConvLayer(3, 3, centred=1)
+    with pytest.raises(TypeError, match=r"^centred must be a bool, got str$"):
+        C.RestrictedSelfAttentionLayer(3, 3, centred="yes")
+    C.RestrictedSelfAttentionLayer(3, 4)  # an even causal window is fine
+    for kind in ("self-attention", "recurrent"):
+        with pytest.raises(ValueError, match=r"^only \('convolution', 'restricted'\) have a "
+                                             rf"window to centre, got kind '{kind}'$"):
+            C.make_stack(kind, 1, 2, centred=True)
+    with pytest.raises(TypeError, match=r"^centred must be a bool, got NoneType$"):
+        C.make_stack("convolution", 1, 2, centred=None)
+    # path_length refuses before it builds a stack: an even window, a kind without one
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd k, got k = 4$"):
+        C.path_length("convolution", 5, k=4, centred=True)
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd r, got r = 2$"):
+        C.path_length("restricted", 5, r=2, centred=True)
+    with pytest.raises(ValueError, match=r"have a window to centre, got kind 'recurrent'$"):
+        C.path_length("recurrent", 5, centred=True)
+    assert [m.centred for m in C.make_stack("convolution", 2, 2, centred=True)] == [
+        True, True]
+    assert C.make_stack("restricted", 1, 2, r=5, centred=True)[0].before == 2
+
+
+def test_path_length_names_its_bad_arguments_before_any_work(monkeypatch):
+    monkeypatch.setattr(C, "make_stack", lambda *a, **k: pytest.fail("a stack was built"))
+    with pytest.raises(ValueError, match=r"^kind must be one of \('self-attention', .*"
+                                         r"got 'lstm'$"):
+        C.path_length("lstm", 5)
+    with pytest.raises(ValueError, match=r"^k must be at least 2, got 1$"):
+        C.path_length("convolution", 5, k=1)
+    with pytest.raises(ValueError, match=r"^r must be at least 2, got 1$"):
+        C.path_length("restricted", 5, r=1)
+    with pytest.raises(TypeError, match=r"^d must be an int, got float$"):
+        C.path_length("convolution", 5, d=2.5)
+    with pytest.raises(ValueError, match=r"^d must be at least 1, got -1$"):
+        C.path_length("convolution", 5, d=-1)
+    with pytest.raises(TypeError, match=r"^seed must be an int, got str$"):
+        C.path_length("convolution", 5, seed="0")
+
+
+def _lstm_reference(layer: C.LSTMLayer) -> nn.LSTM:
+    """torch.nn.LSTM with the layer's weights: W_x, W_h as they are, the bias as bias_ih."""
+    ref = nn.LSTM(layer.d, layer.d, batch_first=True).double()
+    with torch.no_grad():
+        ref.weight_ih_l0.copy_(layer.x_proj.weight)
+        ref.weight_hh_l0.copy_(layer.h_proj.weight)
+        ref.bias_ih_l0.copy_(layer.x_proj.bias)
+        ref.bias_hh_l0.zero_()
+    return ref
+
+
+@pytest.mark.parametrize("forget_bias", [0.0, 5.0, -2])
+def test_lstm_layer_matches_torch_lstm(forget_bias):
+    torch.manual_seed(6)
+    layer = C.LSTMLayer(4, forget_bias=forget_bias).double()
+    x = _x(3, 7, 4)
+    assert torch.allclose(layer(x), _lstm_reference(layer)(x)[0], atol=1e-12)
+    bias = layer.x_proj.bias.detach()
+    assert torch.equal(bias[4:8], torch.full((4,), float(forget_bias), dtype=DT))
+    # the other weights start as nn.LSTM's: uniform in [-1/sqrt(d), 1/sqrt(d)] = [-0.5, 0.5]
+    rest = torch.cat([layer.x_proj.weight.flatten(), layer.h_proj.weight.flatten(),
+                      bias[:4], bias[8:]]).detach()
+    assert float(rest.abs().max()) <= 0.5 and float(rest.std()) > 0.2
+
+
+def test_lstm_layer_default_forget_bias_is_zero_and_gates_are_in_pytorch_order():
+    torch.manual_seed(7)
+    default = C.LSTMLayer(3)
+    torch.manual_seed(7)
+    explicit = C.LSTMLayer(3, forget_bias=0.0)
+    assert all(torch.equal(p, q) for p, q in zip(default.parameters(), explicit.parameters(),
+                                                 strict=True))
+    assert torch.equal(default.x_proj.bias[3:6].detach(), torch.zeros(3))
+    # by hand, one position, d = 1: gates [i, f, g, o] = [0, 0, 1, 0] -> c = tanh(1) / 2
+    one = C.LSTMLayer(1).double()
+    with torch.no_grad():
+        one.x_proj.weight.zero_()
+        one.h_proj.weight.zero_()
+        one.x_proj.bias.copy_(torch.tensor([0.0, 0.0, 1.0, 0.0]))
+    c = math.tanh(1.0) / 2
+    assert float(one(torch.zeros(1, 1, 1, dtype=DT)).detach()) == pytest.approx(math.tanh(c) / 2,
+                                                                       abs=1e-15)
+
+
+def test_lstm_layer_flops_by_formula_and_by_counter():
+    layer = C.LSTMLayer(5).to("meta")
+    counts = C.analytic_flops(layer, 7, batch=2)
+    assert counts == {"mixing": 2 * 2 * 7 * 5 * 20, "position-wise": 2 * 2 * 7 * 5 * 20}
+    assert C.measured_flops(layer, torch.empty(2, 7, 5, device="meta")) == counts
+    # 16 n d^2 in all, exercise 1's count
+    assert sum(C.analytic_flops(C.LSTMLayer(4), 3).values()) == 16 * 3 * 4 * 4
+
+
+def test_lstm_layer_names_bad_arguments():
+    with pytest.raises(TypeError, match=r"^forget_bias must be a float, got str$"):
+        C.LSTMLayer(3, forget_bias="5")
+    with pytest.raises(TypeError, match=r"^forget_bias must be a float, got bool$"):
+        C.LSTMLayer(3, forget_bias=True)
+    with pytest.raises(ValueError, match=r"^forget_bias must be finite, got inf$"):
+        C.LSTMLayer(3, forget_bias=float("inf"))
+
+
+def test_longest_matmul_chain_counts_every_kind_of_product():
+    torch.manual_seed(8)
+    w = torch.randn(3, 3, requires_grad=True)
+    b = torch.randn(3)
+    h = torch.randn(3)
+    for _ in range(16):  # a serial loop of matrix-vector products
+        h = torch.tanh(w @ h)
+    assert C.longest_matmul_chain(h) == 16
+    h = torch.randn(3)
+    for _ in range(5):
+        h = torch.addmv(b, w, h)
+    assert C.longest_matmul_chain(h) == 5
+    m = torch.randn(2, 3, 3, requires_grad=True)
+    y = torch.randn(2, 3, 3)
+    for _ in range(5):  # batched products with an added term
+        y = torch.baddbmm(y, m, y)
+    assert C.longest_matmul_chain(y) == 5
+    z = torch.addbmm(torch.zeros(3, 3), m, m)  # a sum of batched products
+    assert C.longest_matmul_chain(torch.dot(z[0], z[1])) == 2
+    assert C.longest_matmul_chain(torch.vdot(w[0], w[1])) == 1
+    assert C.longest_matmul_chain((w * 2).sum()) == 0  # no product at all
+
+
+def test_longest_matmul_chain_measures_the_code_s_order_not_the_shortest_schedule():
+    torch.manual_seed(9)
+    x = torch.randn(1, 6, 3)
+    # torch.nn.LSTM runs as one fused node: no product is seen
+    assert C.longest_matmul_chain(nn.LSTM(3, 3, batch_first=True)(x)[0]) == 0
+    # the same gates written out: an input product, then one hidden product per position
+    assert C.longest_matmul_chain(C.LSTMLayer(3)(x)) == 6
+    # three recurrent layers: 3 n in code order (a wavefront schedule needs n + 2 steps)
+    assert C.longest_matmul_chain(C.make_stack("recurrent", 3, 3)(x)) == 18
+
+
+def test_train_pixel_classifier_names_bad_training_indices():
+    model = C.PixelClassifier("convolution", d=1)
+    images, labels = torch.rand(3, 8, 8), torch.arange(3)
+    with pytest.raises(ValueError, match=r"^train_idx must hold at least one image index, "
+                                         r"got none$"):
+        C.train_pixel_classifier(model, images, labels, torch.arange(0), seed=0, steps=1)
+    with pytest.raises(TypeError, match=r"^train_idx must be a 1-D int64 tensor of image "
+                                        r"indices, got torch.float32 of shape \(3,\)$"):
+        C.train_pixel_classifier(model, images, labels, torch.zeros(3), seed=0, steps=1)
+    with pytest.raises(TypeError, match=r"^train_idx must be a 1-D int64 tensor of image "
+                                        r"indices, got torch.int64 of shape \(1, 3\)$"):
+        C.train_pixel_classifier(model, images, labels, torch.arange(3)[None], seed=0,
+                                 steps=1)
+    with pytest.raises(TypeError, match=r"^train_idx must be a 1-D int64 tensor of image "
+                                        r"indices, got list$"):
+        C.train_pixel_classifier(model, images, labels, [0, 1], seed=0, steps=1)
+
+
+def test_longest_matmul_chain_names_a_non_tensor_and_misses_what_is_no_product():
+    with pytest.raises(TypeError, match=r"^output must be a tensor, got list$"):
+        C.longest_matmul_chain([1.0])
+    a = torch.randn(3, 3, requires_grad=True)
+    # a product written as an elementwise multiply and a sum is not seen
+    assert C.longest_matmul_chain((a.unsqueeze(-1) * a.unsqueeze(0)).sum(1)) == 0
+    # a residual path through no product, beside one product: the longer path counts
+    assert C.longest_matmul_chain(a + a @ a) == 1
+    # the same weight used twice in a row counts twice
+    assert C.longest_matmul_chain(a @ a @ a) == 2
+
+
+_DIGITS = Path(__file__).resolve().parents[1] / "book" / "data" / "ch07_digits.json"
+
+
+@pytest.mark.skipif(not _DIGITS.exists(), reason="the book's data are not in this copy")
+def test_saved_digits_results_cover_every_seed_and_model_of_the_stated_size():
+    data = json.loads(_DIGITS.read_text())
+    seeds = [str(s) for s in range(16)]
+    assert [str(s) for s in data["seeds"]] == seeds
+    # every model and the forest on every seed, in order; accuracies are shares of n_test
+    for per_seed in (*data["runs"].values(), data["baselines"]["sorted forest"]):
+        assert list(per_seed) == seeds
+    for per_seed in data["runs"].values():
+        for run in per_seed.values():
+            assert (run["acc"] * data["n_test"]) == pytest.approx(
+                round(run["acc"] * data["n_test"]), abs=1e-4)
+            assert len(run["first_losses"]) == data["live_steps"]
+    models = {"attention": ("attention", 16, True), "convolution": ("convolution", 16, True),
+              "attention without position": ("attention", 16, False),
+              "attention, d = 24": ("attention", 24, True),
+              "convolution, d = 11": ("convolution", 11, True)}
+    assert set(data["runs"]) == set(models) == set(data["params"])
+    for name, (mixer, d, position) in models.items():
+        model = C.PixelClassifier(mixer, d=d, position=position)
+        assert data["params"][name] == count_parameters(model), name
+
+
+def test_a_centred_window_is_checked_on_the_kind_s_own_width():
+    # restricted attention centres r, the convolution k: the other width may be even
+    C.make_stack("restricted", 1, 2, k=4, r=3, centred=True)
+    C.make_stack("convolution", 1, 2, k=3, r=4, centred=True)
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd r, got r = 4$"):
+        C.make_stack("restricted", 1, 2, k=3, r=4, centred=True)
+    with pytest.raises(ValueError, match=r"^a centred window needs an odd k, got k = 4$"):
+        C.make_stack("convolution", 1, 2, k=4, r=3, centred=True)
+    with pytest.raises(TypeError, match=r"^centred must be a bool, got int$"):
+        C.make_stack("convolution", 1, 2, centred=1)

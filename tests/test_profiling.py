@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
 import types
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,14 +28,19 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attention_src import profiling
 from attention_src.profiling import (
+    HEAP_STATES,
     KEEP_HEAP_ENV,
     CpuCost,
     TensorMemory,
     best_ms,
+    best_ms_interleaved,
+    heap_control_missing,
     matmul_macs,
+    mean_cost,
     measure_call,
     median_cost,
     peak_bytes,
+    set_heap,
     slope,
 )
 from tests.conftest import PROPERTY
@@ -275,6 +282,14 @@ _MIB64 = 64 * 2**20
 _PAGE = 4096
 
 
+def _fresh_faults_min() -> int:
+    """The fewest faults that 64 MiB of fresh memory can take: one per 4 KiB page, or one
+    per 2 MiB page where transparent huge pages are on for every mapping ("always")."""
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    always = thp.exists() and "[always]" in thp.read_text()
+    return _MIB64 // (2 * 2**20 if always else _PAGE)
+
+
 def _touch_fresh_memory():
     """Write one byte per page of a fresh 64 MiB buffer: above glibc's mmap threshold, so new
     pages from the kernel, each a minor fault on its first write. (A bytearray: plain malloc
@@ -330,7 +345,7 @@ def test_thread_scope_sees_only_the_calling_thread_and_process_scope_all_threads
     _, everyone = measure_call(in_another_thread, scope="process")
     _, default = measure_call(in_another_thread)
     assert mine.minor_faults < 1000 and default.minor_faults < 1000  # default: the thread
-    assert everyone.minor_faults >= _MIB64 // _PAGE
+    assert everyone.minor_faults >= _fresh_faults_min()
 
 
 class _FakeUsage:
@@ -433,7 +448,7 @@ def test_keep_heap_env_lets_a_repeated_allocation_reuse_its_pages(keep):
     if keep:  # the second buffer is the first one's pages, already faulted in
         assert faults < 1000
     else:  # a new mapping: one fault per page again
-        assert faults >= _MIB64 // _PAGE
+        assert faults >= _fresh_faults_min()
 
 
 def test_thread_scope_without_per_thread_accounting_says_what_to_use(monkeypatch):
@@ -442,3 +457,196 @@ def test_thread_scope_without_per_thread_accounting_says_what_to_use(monkeypatch
     with pytest.raises(ValueError, match=r"^scope='thread' needs RUSAGE_THREAD \(Linux\); "
                                          r"use scope='process'$"):
         measure_call(lambda: None)
+
+
+def test_keep_heap_env_uses_documented_values_only():
+    # mallopt(3): M_MMAP_MAX 0 disables mmap; M_TRIM_THRESHOLD has no upper limit; the mmap
+    # threshold, whose documented maximum is 32 MiB on 64-bit systems, is not needed at all
+    assert KEEP_HEAP_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+
+# ------------------------------------------------ the allocator fixed in one of two states
+
+_SET_HEAP_CHILD = """
+import resource, sys
+from attention_src.profiling import set_heap
+ones = b"\\x01" * (64 * 2**20 // 4096)
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for state in sys.argv[1:]:
+    set_heap(state)
+    first = bytearray(64 * 2**20); first[::4096] = ones; del first
+    before = faults()
+    second = bytearray(64 * 2**20); second[::4096] = ones; del second
+    print(faults() - before)
+"""
+
+
+@pytest.mark.skipif(heap_control_missing() is not None, reason="needs Linux with glibc")
+def test_set_heap_keeps_or_returns_freed_memory_and_switches_both_ways():
+    # in a child process: mallopt's settings cannot be undone, and would change this one's
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    states = ["returned", "kept", "returned", "kept"]
+    out = subprocess.run([sys.executable, "-c", _SET_HEAP_CHILD, *states], env=env,
+                         capture_output=True, text=True, check=True)
+    faults = [int(line) for line in out.stdout.split()]
+    for state, count in zip(states, faults, strict=True):
+        if state == "kept":  # the second buffer is the first one's pages, faulted in before
+            assert count < 1000
+        else:  # a fresh mapping: one fault per page again
+            assert count >= _fresh_faults_min()
+
+
+class _FakeLibc:
+    """Stands in for ``ctypes.CDLL(None)``: records each ``mallopt`` call, answers ``ok``."""
+
+    def __init__(self, ok: int = 1):
+        self.calls = []
+
+        def mallopt(param, value):  # a function: ctypes' argtypes can be set on it
+            self.calls.append((param, value))
+            return ok
+
+        self.mallopt = mallopt
+
+
+@pytest.mark.parametrize("state", ["kept", "returned"])
+def test_set_heap_passes_the_documented_values_in_order(monkeypatch, state):
+    libc = _FakeLibc()
+    monkeypatch.setattr(profiling, "heap_control_missing", lambda: None)
+    monkeypatch.setattr(profiling.ctypes, "CDLL", lambda name: libc)
+    set_heap(state)
+    # malloc.h: M_TRIM_THRESHOLD -1, M_MMAP_THRESHOLD -3, M_MMAP_MAX -4; mallopt(3): mmap off
+    # with M_MMAP_MAX 0 (default 65536), no trimming with -1, thresholds of 128 KiB
+    expected = {"kept": [(-4, 0), (-1, -1)],
+                "returned": [(-4, 65536), (-3, 131072), (-1, 131072)]}[state]
+    assert libc.calls == expected == list(HEAP_STATES[state])
+
+
+def test_set_heap_reports_a_value_mallopt_refuses(monkeypatch):
+    libc = _FakeLibc(ok=0)
+    monkeypatch.setattr(profiling, "heap_control_missing", lambda: None)
+    monkeypatch.setattr(profiling.ctypes, "CDLL", lambda name: libc)
+    with pytest.raises(RuntimeError, match=r"^mallopt\(-4, 0\) was refused$"):
+        set_heap("kept")
+    assert libc.calls == [(-4, 0)]  # stops at the first refusal
+
+
+@pytest.mark.parametrize("state", ["default", "KEPT", 3, None])
+def test_set_heap_names_a_state_it_does_not_know(state):
+    with pytest.raises(ValueError, match=r"^state must be one of \('kept', 'returned'\), got "
+                       + re.escape(repr(state)) + "$"):
+        set_heap(state)
+
+
+@pytest.mark.parametrize(("system", "libc", "reason"), [
+    ("darwin", ("", ""), "the allocator settings need Linux with glibc; this system is darwin"),
+    ("win32", ("", ""), "the allocator settings need Linux with glibc; this system is win32"),
+    ("linux", ("", ""), "the allocator settings need glibc; this Linux has another C library"),
+    ("linux", ("musl", "1.2"), "the allocator settings need glibc; this Linux has musl"),
+    ("linux", ("glibc", "2.36"), None),
+])
+def test_heap_control_says_why_it_cannot_work(monkeypatch, system, libc, reason):
+    monkeypatch.setattr(profiling, "sys", types.SimpleNamespace(platform=system))
+    monkeypatch.setattr(profiling.platform, "libc_ver", lambda: libc)
+    assert heap_control_missing() == reason
+    if reason is not None:  # set_heap refuses with the same sentence, before any mallopt
+        monkeypatch.setattr(profiling.ctypes, "CDLL", lambda name: pytest.fail("called"))
+        with pytest.raises(RuntimeError, match="^" + re.escape(reason) + "$"):
+            set_heap("kept")
+
+
+# ------------------------------------------- mean cost over calls, interleaved best times
+
+
+@pytest.mark.parametrize(("min_ms", "calls"), [(None, 4), (60.0, 2), (1, 1), (90, 3)])
+def test_mean_cost_averages_over_calls_that_fill_min_ms(monkeypatch, min_ms, calls):
+    fake = _FakeUsage()
+    monkeypatch.setattr(profiling, "resource", fake)
+    monkeypatch.setattr(profiling, "time", fake)
+    monkeypatch.setattr(profiling, "_SCOPES", {"thread": "thread", "process": "self"})
+    grads = []
+
+    def work():  # each call: 40 ms wall, 30 ms CPU, 20 ms user, 10 ms system, 6 faults
+        grads.append(torch.is_grad_enabled())
+        fake.step(0.04, 0.03, 0.02, 0.01, 6)
+
+    # the default is 100 ms: four calls of 30 ms (120 ms), after three warm-up calls
+    cost = mean_cost(work) if min_ms is None else mean_cost(work, min_ms)
+    assert len(grads) == 3 + calls and not any(grads)
+    assert cost == pytest.approx(CpuCost(40.0, 30.0, 20.0, 10.0, 6.0), abs=1e-9)
+    grads.clear()
+    mean_cost(work, 30, warm_up=0)  # exactly 30 ms: one call is enough
+    assert len(grads) == 1
+    fake.asked.clear()
+    mean_cost(work, 1, warm_up=1, scope="process")
+    assert set(fake.asked) == {"self", "process clock"}
+
+
+def test_mean_cost_counts_the_faults_of_fresh_memory_per_call():
+    cost = mean_cost(_touch_fresh_memory, 1, warm_up=1)
+    assert _fresh_faults_min() <= cost.minor_faults < 1.1 * _MIB64 // _PAGE
+    assert cost.system_ms > 0
+
+
+def test_best_ms_interleaved_takes_each_call_s_fastest_round_in_turns(monkeypatch):
+    order = []
+    times = {"a": iter([5.0, 3.0, 4.0, 9.0, 8.0, 1.0]), "b": iter([2.0, 7.0, 6.0, 6.0, 1.5, 6.0])}
+
+    def fake_best_ms(fn, repeats=3):
+        assert repeats == 1
+        key = fn()
+        order.append(key)
+        return next(times[key])
+
+    monkeypatch.setattr(profiling, "best_ms", fake_best_ms)
+    best = best_ms_interleaved({"a": lambda: "a", "b": lambda: "b"})
+    assert best == {"a": 3.0, "b": 1.5} and list(best) == ["a", "b"]  # 5 rounds by default
+    assert order == ["a", "b"] * 5  # in turns, not all rounds of one call first
+    order.clear()
+    assert best_ms_interleaved({"b": lambda: "b", "a": lambda: "a"}, rounds=1) == {
+        "b": 6.0, "a": 1.0}
+    assert order == ["b", "a"]
+
+
+def test_mean_cost_and_best_ms_interleaved_name_each_bad_argument():
+    with pytest.raises(TypeError, match="^fn must be callable, got int$"):
+        mean_cost(3)
+    with pytest.raises(TypeError, match="^min_ms must be a number of milliseconds, got str$"):
+        mean_cost(lambda: None, "100")
+    with pytest.raises(TypeError, match="^min_ms must be a number of milliseconds, got bool$"):
+        mean_cost(lambda: None, True)
+    for bad in (0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="^min_ms must be positive and finite, got "):
+            mean_cost(lambda: None, bad)
+    with pytest.raises(TypeError, match="^warm_up must be an int, got float$"):
+        mean_cost(lambda: None, warm_up=1.0)
+    with pytest.raises(ValueError, match="^warm_up must be at least 0, got -1$"):
+        mean_cost(lambda: None, warm_up=-1)
+    with pytest.raises(ValueError, match="^scope must be 'thread' or 'process', got 'all'$"):
+        mean_cost(lambda: None, scope="all")
+    with pytest.raises(TypeError, match=r"^calls must be a mapping \{key: function\}, got list$"):
+        best_ms_interleaved([lambda: None])
+    with pytest.raises(TypeError, match=r"^calls\['b'\] must be callable, got int$"):
+        best_ms_interleaved({"a": lambda: None, "b": 2})
+    with pytest.raises(ValueError, match="^rounds must be positive, got 0$"):
+        best_ms_interleaved({"a": lambda: None}, rounds=0)
+
+
+def test_mean_cost_stops_at_exactly_min_ms_of_the_default_100(monkeypatch):
+    fake = _FakeUsage()
+    monkeypatch.setattr(profiling, "resource", fake)
+    monkeypatch.setattr(profiling, "time", fake)
+    monkeypatch.setattr(profiling, "_SCOPES", {"thread": "thread", "process": "self"})
+    fake.cpu = 0.0  # from 0, the sums below are exact in binary floating point
+    calls = []
+
+    def work():  # 50 ms of CPU a call: two calls are exactly 0.1 s (0.05 + 0.05 == 0.1)
+        calls.append(1)
+        fake.step(0.05, 0.05, 0.05, 0.0, 0)
+
+    mean_cost(work, warm_up=0)  # 100 ms by default: two calls reach it exactly
+    assert len(calls) == 2
+    calls.clear()
+    mean_cost(work, 100.05, warm_up=0)  # 0.1 s falls short of 100.05 ms: a third call
+    assert len(calls) == 3
