@@ -38,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import math
 import numbers
+import os
 import platform
 import resource
 import statistics
@@ -45,6 +46,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -55,7 +57,8 @@ from attention_src.validation import check_positive_int
 
 __all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "best_ms", "best_ms_interleaved",
            "CpuCost", "measure_call", "median_cost", "mean_cost", "KEEP_HEAP_ENV", "HEAP_STATES",
-           "heap_control_missing", "set_heap", "slope"]
+           "heap_control_missing", "set_heap", "HUGE_PAGE_MODE_FILE",
+           "huge_page_mode", "slope"]
 
 #: The matrix-product operators whose work :class:`TensorMemory` counts; for each, the last
 #: two positional arguments are the factors ``(..., m, k)`` and ``(..., k, n)``.
@@ -209,6 +212,30 @@ def heap_control_missing() -> str | None:
     if libc != "glibc":
         return f"the allocator settings need glibc; this Linux has {libc or 'another C library'}"
     return None
+
+
+#: where Linux says how it gives out transparent huge pages, e.g. ``always [madvise] never``
+HUGE_PAGE_MODE_FILE = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def huge_page_mode(path: str | os.PathLike = HUGE_PAGE_MODE_FILE) -> str:
+    """The kernel's transparent-huge-page mode: the bracketed word of ``path``.
+
+    ``"always"`` (any large allocation may get 2 MiB pages, so one page fault provides 512
+    times the memory of a 4 KiB one), ``"madvise"`` (only memory a program asks huge pages
+    for), ``"never"``; ``"unknown"`` where the file is absent or unreadable (not Linux) or
+    names no mode. Page-fault counts are comparable only between runs with the same mode.
+
+    Raises ``TypeError`` when ``path`` is not a string or path.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return "unknown"
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else "unknown"
 
 
 def set_heap(state: str) -> None:

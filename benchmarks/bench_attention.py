@@ -86,7 +86,7 @@ import torch.nn.functional as F
 
 from attention_src import causal_mask, scaled_dot_product_attention
 from attention_src.efficient import blockwise_attention, blockwise_attention_per_head
-from attention_src.profiling import KEEP_HEAP_ENV, measure_call
+from attention_src.profiling import KEEP_HEAP_ENV, huge_page_mode, measure_call
 
 HEADS, D = 8, 64
 METHODS = ("plain", "book", "per_head", "blockwise", "fused")
@@ -97,7 +97,6 @@ KEPT_LENGTHS = [1024, 2048, 4096]
 ALL_THREADS = len(os.sched_getaffinity(0))
 #: a snapshot needs a 1-minute load average at the start of at most this times the CPUs
 MAX_LOAD_PER_CPU = 0.25
-THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 # (heap, threads, methods, lengths): the settings timed, each in its own child process
 SETTINGS = (("default", 1, METHODS, DEFAULT_LENGTHS),
             ("default", ALL_THREADS, tuple(m for m in METHODS if m != "book"), DEFAULT_LENGTHS),
@@ -316,17 +315,7 @@ def machine() -> dict:
             caches[f"L{level}"] = {"size": size, "shared_cpu_list": shared}
     return {"cpu_model": model, "cpus": ALL_THREADS, "caches": caches,
             "libc": " ".join(platform.libc_ver()), "page_size": os.sysconf("SC_PAGE_SIZE"),
-            "transparent_hugepage": thp_setting()}
-
-
-def thp_setting() -> str:
-    """The kernel's transparent-huge-page mode, the bracketed word of ``enabled`` (e.g.
-    ``madvise``), or ``"unknown"`` where the file is absent."""
-    try:
-        text = THP.read_text()
-    except OSError:
-        return "unknown"
-    return text[text.index("[") + 1:text.index("]")] if "[" in text else text.strip()
+            "transparent_hugepage": huge_page_mode()}
 
 
 def load_bound(cpus: int = ALL_THREADS) -> float:

@@ -98,15 +98,6 @@ def test_the_load_bound_is_a_quarter_of_the_cpus():
     assert bench.load_bound(2) == 0.5 and bench.load_bound(8) == 2.0
 
 
-def test_the_page_settings_are_read_from_the_kernel(tmp_path, monkeypatch):
-    thp = tmp_path / "enabled"
-    thp.write_text("always [madvise] never\n")
-    monkeypatch.setattr(bench, "THP", thp)
-    assert bench.thp_setting() == "madvise"
-    monkeypatch.setattr(bench, "THP", tmp_path / "absent")
-    assert bench.thp_setting() == "unknown"
-
-
 def test_the_snapshot_holds_every_memory_case():
     rows = _rows("attention_memory.csv")
     expected = {(m, str(L), str(c), "no_grad") for m in bench.METHODS

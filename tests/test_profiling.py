@@ -35,6 +35,7 @@ from attention_src.profiling import (
     best_ms,
     best_ms_interleaved,
     heap_control_missing,
+    huge_page_mode,
     matmul_macs,
     mean_cost,
     measure_call,
@@ -285,8 +286,7 @@ _PAGE = 4096
 def _fresh_faults_min() -> int:
     """The fewest faults that 64 MiB of fresh memory can take: one per 4 KiB page, or one
     per 2 MiB page where transparent huge pages are on for every mapping ("always")."""
-    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    always = thp.exists() and "[always]" in thp.read_text()
+    always = huge_page_mode() == "always"
     return _MIB64 // (2 * 2**20 if always else _PAGE)
 
 
@@ -650,3 +650,38 @@ def test_mean_cost_stops_at_exactly_min_ms_of_the_default_100(monkeypatch):
     calls.clear()
     mean_cost(work, 100.05, warm_up=0)  # 0.1 s falls short of 100.05 ms: a third call
     assert len(calls) == 3
+
+
+# ----------------------------------------------------------------------------- huge_page_mode
+
+
+@pytest.mark.parametrize("text, mode", [
+    ("always [madvise] never\n", "madvise"),   # this machine's file, as Linux writes it
+    ("[always] madvise never\n", "always"),
+    ("always madvise [never]\n", "never"),
+    ("always madvise never\n", "unknown"),      # no bracketed word
+    ("never] [\n", "unknown"),                  # brackets the wrong way round
+    ("", "unknown"),
+])
+def test_huge_page_mode_reads_the_bracketed_word(tmp_path, text, mode):
+    path = tmp_path / "enabled"
+    path.write_text(text)
+    assert huge_page_mode(path) == mode
+    assert huge_page_mode(str(path)) == mode
+
+
+def test_huge_page_mode_is_unknown_without_the_file(tmp_path):
+    assert huge_page_mode(tmp_path / "absent") == "unknown"
+    assert huge_page_mode(tmp_path) == "unknown"  # a folder cannot be read as text
+
+
+def test_huge_page_mode_of_this_kernel_is_one_of_linux_modes():
+    expected = {"always", "madvise", "never"} if Path(profiling.HUGE_PAGE_MODE_FILE).exists() \
+        else {"unknown"}
+    assert huge_page_mode() in expected
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"/sys/kernel/mm/transparent_hugepage/enabled"])
+def test_huge_page_mode_rejects_a_path_of_the_wrong_type(bad):
+    with pytest.raises(TypeError, match=f"got {type(bad).__name__}"):
+        huge_page_mode(bad)
