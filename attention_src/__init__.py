@@ -48,7 +48,12 @@ from attention_src.multihead import (
     fuse_heads,
     to_torch_multihead,
 )
-from attention_src.plotting import OKABE_ITO, apply_book_style, show_heatmaps
+from attention_src.plotting import (
+    MAX_FIGURE_WIDTH,
+    OKABE_ITO,
+    apply_book_style,
+    show_heatmaps,
+)
 from attention_src.positional import apply_rotary, sinusoidal_positional_encoding
 from attention_src.profiling import TensorMemory, matmul_macs, peak_bytes
 from attention_src.scoring import (
@@ -94,6 +99,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
     "OKABE_ITO",
+    "MAX_FIGURE_WIDTH",
     "PerHeadMultiHeadAttention",
     "ScaledDotScore",
     "Score",

@@ -244,8 +244,35 @@ def test_a_single_value_and_partly_missing_values_are_drawn():
 def test_no_annotation_unless_asked_and_default_size_of_a_grid():
     fig, axes = show_heatmaps(np.ones((2, 3, 2, 2)))
     assert all(not ax.texts for ax in axes.ravel())
-    # 2.6 inches per column plus 1 for the colour bar, 2.4 per row
-    assert tuple(fig.get_size_inches()) == pytest.approx((2.6 * 3 + 1.0, 2.4 * 2))
+    # 2.6 inches per column plus 1 for the colour bar, 2.4 per row: 8.8 x 4.8, wider than the
+    # book's widest figure (5.8 inches), so scaled down by 5.8 / 8.8 in both directions
+    assert tuple(fig.get_size_inches()) == pytest.approx((5.8, 4.8 * 5.8 / 8.8))
+    fig, _ = show_heatmaps(np.ones((1, 1, 2, 2)))  # 3.6 inches wide: kept as it is
+    assert tuple(fig.get_size_inches()) == pytest.approx((2.6 + 1.0, 2.4))
+
+
+def test_book_style_text_is_readable_on_a_phone():
+    """At most 5.8 inches wide and 12 pt ticks: 16.7 px at 100 dpi, at least 10 px once the
+    figure is scaled to a phone's 358 px text column."""
+    import matplotlib as mpl
+
+    from attention_src.plotting import BOOK_STYLE, MAX_FIGURE_WIDTH
+
+    smallest_pt = min(BOOK_STYLE[k] for k in ("xtick.labelsize", "ytick.labelsize",
+                                              "legend.fontsize", "font.size"))
+    px = smallest_pt / 72 * BOOK_STYLE["figure.dpi"]
+    assert px * 358 / (MAX_FIGURE_WIDTH * BOOK_STYLE["figure.dpi"]) >= 10
+    with mpl.rc_context():
+        from attention_src.plotting import apply_book_style
+
+        apply_book_style()
+        assert mpl.rcParams["xtick.labelsize"] == 12
+
+
+def test_retina_only_inside_a_kernel():
+    from attention_src.plotting import _retina_in_jupyter
+
+    assert _retina_in_jupyter() is False  # pytest runs no IPython kernel
 
 
 def test_panels_share_axes_fill_their_cells_and_show_cells_as_blocks():
@@ -281,7 +308,7 @@ def test_annotation_text_is_centred_small_and_its_colour_switches_at_the_midpoin
         "0.40": to_hex("white"), "0.50": to_hex("white"),
         "0.55": to_hex("black"), "1.00": to_hex("black")}
     for t in texts.values():
-        assert (t.get_ha(), t.get_va(), t.get_fontsize()) == ("center", "center", 8)
+        assert (t.get_ha(), t.get_va(), t.get_fontsize()) == ("center", "center", 11)
     positions = {k: t.get_position() for k, t in texts.items()}
     assert positions == {"0.40": (0, 0), "0.50": (1, 0), "0.55": (0, 1), "1.00": (1, 1)}
     assert [t.get_rotation() for t in axes[0, 0].get_xticklabels()] == [90.0, 90.0]

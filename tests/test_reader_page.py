@@ -1,0 +1,292 @@
+"""The page a reader sees is a book, not a lab notebook: checks on the stored pages.
+
+* The code a reader sees teaches: no visible cell imports ``myst_nb`` (the machinery that puts
+  computed numbers into the prose), and no visible cell consists only of ``assert`` lines (a
+  guard of stored results runs in a cell whose input is removed).
+* The prose speaks to a reader: no build or test vocabulary ("hidden cell", "time budget",
+  "nbval", ``make …`` or a ``tools/`` script outside a section on how to run the book).
+* Paragraphs are short enough to read on a phone: at most :data:`MAX_WORDS` words.
+* Colours come from ``attention_src.OKABE_ITO``, not from hex strings typed into a notebook.
+* Chapters do not argue with the source notes (the reader never saw them): no "From the source
+  notes" box, no "note 004" citation; one link to the appendix that lists the corrections.
+* Figures are stored at twice their size and are at most ``MAX_FIGURE_WIDTH`` inches wide, so
+  their text stays legible once a phone scales them to its text column.
+
+Each rule has a test that plants a violation and sees it caught.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+import attention_src as att
+from tests.toc import ROOT, toc_entries, toc_notebooks
+
+NOTEBOOKS = toc_notebooks()
+PAGES = toc_entries()
+CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name) and p.parent.name == "book"
+            and not p.name.startswith("00_")]
+#: Cells whose input the reader does not see.
+HIDDEN = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
+#: The longest paragraph, in words; a phone shows about 60 words a screen.
+MAX_WORDS = 120
+#: Pages written for maintainers: build commands are their subject.
+MAINTAINER_PAGES = {"maintainers"}
+#: Build and test words a reader should not meet (case-insensitive).
+BUILD_VOCABULARY = re.compile(
+    r"hidden cells?|time budget|this page's (?:time|budget)|\bnbval\b|\bpytest\b|"
+    r"the issue's|\bissue \d+|\bglued?\b|`make [a-z]|\bmake (?:execute|test|book)\b|"
+    r"tools/[a-z_0-9]+\.py|\bCI\b",
+    re.IGNORECASE,
+)
+#: A heading that opens a section on running the book, where commands belong.
+HOW_TO_RUN = re.compile(r"^#+\s.*\b(run|reproduc|install)", re.IGNORECASE)
+NOTE_CITATION = re.compile(r"\b[Nn]otes? 00[0-4]\b")
+SOURCE_NOTES_BOX = re.compile(r"\{admonition\}\s*From the source notes", re.IGNORECASE)
+SOURCE_NOTES_LINK = re.compile(r"source_notes(?:\.md)?\b")
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _tags(cell: dict) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def _visible_code(path: Path) -> list[tuple[int, str]]:
+    """(index, source) of each code cell whose input the reader sees."""
+    return [(i, "".join(c["source"])) for i, c in enumerate(_cells(path))
+            if c["cell_type"] == "code" and not _tags(c) & HIDDEN]
+
+
+def _prose(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        return "\n\n".join("".join(c["source"]) for c in _cells(path)
+                           if c["cell_type"] == "markdown")
+    return path.read_text(encoding="utf-8")
+
+
+# --- the scans ---------------------------------------------------------------------------
+
+
+def imports_myst_nb(source: str) -> bool:
+    return bool(re.search(r"^\s*(from\s+myst_nb\b|import\s+myst_nb\b)", source, re.MULTILINE))
+
+
+def only_asserts(source: str) -> bool:
+    """True when the cell's statements are all ``assert`` (comments and blanks aside)."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:  # IPython magics: not a pure-assert cell
+        return False
+    return bool(body) and all(isinstance(node, ast.Assert) for node in body)
+
+
+def build_words(markdown: str) -> list[str]:
+    """Build or test vocabulary in ``markdown``, outside sections on how to run the book."""
+    found, exempt_level = [], None
+    in_fence = False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        heading = None if in_fence else re.match(r"^(#+)\s", line)
+        if heading:
+            level = len(heading.group(1))
+            if exempt_level is not None and level <= exempt_level:
+                exempt_level = None
+            if exempt_level is None and HOW_TO_RUN.match(line):
+                exempt_level = level
+        if exempt_level is None:
+            found += [m.group(0) for m in BUILD_VOCABULARY.finditer(line)]
+    return found
+
+
+def paragraphs(markdown: str) -> list[str]:
+    """The prose paragraphs of ``markdown``: runs of text lines; a list item, heading, table,
+    fence, directive option or display formula ends one. Text inside admonitions and dropdowns
+    counts (it is prose); code fences and display math do not."""
+    result, current = [], []
+    in_code = in_math = False
+
+    def close():
+        if current:
+            result.append(" ".join(current))
+            current.clear()
+
+    for raw in markdown.splitlines():
+        line = raw.strip()
+        if line.startswith("```") or line.startswith("~~~"):
+            close()
+            is_directive = re.match(r"^(```+|~~~+)\{", line) is not None
+            if not in_code and not is_directive and line.strip("`~"):
+                in_code = True  # a fenced code block with a language
+            elif in_code:
+                in_code = False
+            continue
+        if in_code:
+            continue
+        if line.startswith("$$"):
+            close()
+            if not (line.endswith("$$") and len(line) > 2):
+                in_math = not in_math
+            continue
+        if in_math:
+            continue
+        if (not line or line.startswith(("#", "|", ":", "<", "!["))
+                or re.match(r"^([-*+]|\d+[.)])\s", line)):
+            close()
+            if re.match(r"^([-*+]|\d+[.)])\s", line):
+                current.append(re.sub(r"^([-*+]|\d+[.)])\s", "", line))
+            continue
+        current.append(line)
+    close()
+    return result
+
+
+def word_count(paragraph: str) -> int:
+    """Words as a reader counts them: a role such as ``{term}`x <y>``` or an inline formula
+    ``$...$`` counts as one word."""
+    text = re.sub(r"\{[a-z:]+\}`[^`]*`", "W", paragraph)
+    text = re.sub(r"\$[^$]+\$", "W", text)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    return len(re.findall(r"\S+", text))
+
+
+def typed_palette_colours(source: str) -> set[str]:
+    palette = {c.upper() for c in att.OKABE_ITO.values()}
+    return {h.upper() for h in re.findall(r"[\"'](#[0-9A-Fa-f]{6})[\"']", source)} & palette
+
+
+def png_size(data: str) -> tuple[int, int]:
+    """(width, height) in pixels of a base64 PNG."""
+    raw = base64.b64decode(data[:64])
+    return struct.unpack(">II", raw[16:24])
+
+
+# --- the tests over the book ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=_rel)
+def test_visible_code_neither_imports_myst_nb_nor_only_asserts(nb_path):
+    myst = [i for i, src in _visible_code(nb_path) if imports_myst_nb(src)]
+    assert not myst, (f"{_rel(nb_path)}: visible cells {myst} import myst_nb; move the import "
+                      "to a cell tagged remove-input")
+    asserts = [i for i, src in _visible_code(nb_path) if only_asserts(src)]
+    assert not asserts, (f"{_rel(nb_path)}: visible cells {asserts} hold only asserts; tag them "
+                         "remove-input (they still run) or make them teach")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_prose_has_no_build_vocabulary(page):
+    if page.stem in MAINTAINER_PAGES:
+        pytest.skip("a page for maintainers")
+    words = build_words(_prose(page))
+    assert not words, f"{_rel(page)}: build or test vocabulary in the prose: {words}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_paragraphs_are_short(page):
+    if page.stem in MAINTAINER_PAGES | {"references"}:
+        pytest.skip("not a page a reader reads through")
+    long = [(word_count(p), p[:60]) for p in paragraphs(_prose(page))
+            if word_count(p) > MAX_WORDS]
+    assert not long, f"{_rel(page)}: paragraphs over {MAX_WORDS} words: {long}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=_rel)
+def test_colours_come_from_the_package(nb_path):
+    typed = set()
+    for cell in _cells(nb_path):
+        if cell["cell_type"] == "code":
+            typed |= typed_palette_colours("".join(cell["source"]))
+    assert not typed, f"{_rel(nb_path)}: palette colours typed by hand (use att.OKABE_ITO): " \
+                      f"{sorted(typed)}"
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=_rel)
+def test_chapters_link_the_source_notes_once_and_do_not_argue_with_them(nb_path):
+    prose = _prose(nb_path)
+    assert not SOURCE_NOTES_BOX.search(prose), f"{_rel(nb_path)}: a 'From the source notes' box"
+    cited = NOTE_CITATION.findall(prose)
+    assert not cited, f"{_rel(nb_path)}: cites source notes the reader never saw: {cited}"
+    links = SOURCE_NOTES_LINK.findall(prose)
+    assert len(links) == 1, f"{_rel(nb_path)}: {len(links)} links to the source-notes page, " \
+                            "expected one"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=_rel)
+def test_figures_are_sharp_and_fit_a_phone(nb_path):
+    """Every stored figure is at 2x (its metadata width is half its pixel width) and at most
+    ``MAX_FIGURE_WIDTH`` inches wide at 100 dpi, plus 0.4 inch for a tight bounding box."""
+    widest = (att.MAX_FIGURE_WIDTH + 0.4) * 100
+    bad = []
+    for i, cell in enumerate(_cells(nb_path)):
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png is None:
+                continue
+            width, _ = png_size(png)
+            shown = out.get("metadata", {}).get("image/png", {}).get("width")
+            if shown is None or abs(2 * shown - width) > 2:
+                bad.append(f"cell {i}: not stored at 2x ({width} px, shown at {shown})")
+            elif shown > widest:
+                bad.append(f"cell {i}: {shown / 100:.1f} inches wide")
+    assert not bad, f"{_rel(nb_path)}: {bad}"
+
+
+# --- each scan catches what it is for ----------------------------------------------------
+
+
+def test_the_scans_catch_planted_violations():
+    assert imports_myst_nb("import math\nfrom myst_nb import glue\n")
+    assert not imports_myst_nb("x = 'myst_nb'\n")
+    assert only_asserts("# guard\nassert x == 1\nassert y, 'msg'\n")
+    assert not only_asserts("assert x\nprint(x)\n")
+    assert not only_asserts("%timeit f()\n")
+    assert not only_asserts("# only a comment\n")
+    assert build_words("The hidden cell asserts it.") == ["hidden cell"]
+    assert build_words("Run `make execute` first.") == ["`make e"]
+    assert build_words("Trained by tools/train_ch01.py.") == ["tools/train_ch01.py"]
+    assert build_words("## Running a chapter\n`make execute`\n## Next\nfine") == []
+    assert build_words("## Running a chapter\n`make execute`\n## Next\n`make book`") == [
+        "`make b"]
+    assert build_words("A model may make decisions; an issue arises.") == []
+    assert typed_palette_colours('c = "#D55E00"; d = "#123456"') == {"#D55E00"}
+
+
+def test_paragraph_splitting_and_counting():
+    text = ("One two three.\nFour five.\n\n- item one\n- item two words\n\n"
+            "```python\nnot prose at all\n```\n$$\nx = y\n$$\n"
+            ":::{dropdown} Going deeper\nInside words here.\n:::\n")
+    assert paragraphs(text) == ["One two three. Four five.", "item one", "item two words",
+                                "Inside words here."]
+    assert word_count("A {term}`long term <x (y)>` and $a + b = c$ here.") == 5
+    long = " ".join(["word"] * (MAX_WORDS + 1))
+    assert [word_count(p) for p in paragraphs(long)] == [MAX_WORDS + 1]
+
+
+def test_png_size_reads_the_header():
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(3, 2), dpi=50)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=50)
+    plt.close(fig)
+    assert png_size(base64.b64encode(buf.getvalue()).decode()) == (150, 100)
