@@ -269,7 +269,7 @@ def test_book_style_text_is_readable_on_a_phone():
         assert mpl.rcParams["xtick.labelsize"] == 12
 
 
-def test_retina_only_inside_a_kernel():
+def test_figures_are_reformatted_only_inside_a_kernel():
     from attention_src.plotting import _retina_in_jupyter
 
     assert _retina_in_jupyter() is False  # pytest runs no IPython kernel
@@ -334,3 +334,26 @@ def test_apply_book_style_restores_viridis_and_the_okabe_ito_cycle():
         apply_book_style()
         assert mpl.rcParams["image.cmap"] == "viridis"
         assert mpl.rcParams["axes.prop_cycle"].by_key()["color"] == list(OKABE_ITO.values())
+
+
+def test_figure_png_2x_doubles_the_pixels_and_keeps_at_most_256_colours():
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from attention_src.plotting import figure_png_2x
+
+    fig, ax = plt.subplots(figsize=(3, 2), dpi=100)
+    ax.imshow(np.linspace(0, 1, 400).reshape(20, 20))  # a full colour map: 256+ colours drawn
+    ax.set_xlabel("keys")
+    data, size = figure_png_2x(fig)
+    plt.close(fig)
+    image = Image.open(io.BytesIO(data))
+    assert image.format == "PNG" and image.mode == "P"  # a palette of at most 256 colours
+    assert abs(image.size[0] - 2 * size["width"]) <= 1
+    assert abs(image.size[1] - 2 * size["height"]) <= 1
+    # 3 x 2 inches at 100 dpi, trimmed to the drawing (a tight box may add the label's margin)
+    assert 150 <= size["width"] <= 330 and 150 <= size["height"] <= 250
+    assert image.convert("RGB").getpixel((0, 0)) == (255, 255, 255)  # white, not transparent
+    assert len(image.getcolors(maxcolors=257)) <= 256
