@@ -52,8 +52,11 @@ $(NODE_STAMP): package.json package-lock.json
 
 install: $(STAMP) $(NODE_STAMP)
 
+# Sphinx copies _static only when a page changed; the cp brings an edited stylesheet, script
+# or icon to the site on every build.
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
+	cp -p _static/* _build/html/_static/
 	@echo "Site built: open _build/html/index.html (or run 'make serve')"
 
 test: lint unit nbtest site-test

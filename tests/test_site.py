@@ -97,7 +97,13 @@ def test_page_is_self_contained_and_typeset(browser, rel):
             assert page.locator("mjx-merror").count() == 0, "MathJax reported an error"
             text = page.locator("article").inner_text()
             assert "\\(" not in text and "\\[" not in text, "raw TeX left untypeset"
-            assert page.locator("mjx-container svg").count() >= page.locator(".math").count()
+            # every formula typeset (CHTML output: glyphs from MathJax's own fonts, served by the
+            # site; a formula whose font did not load would show the page's font instead)
+            assert page.locator("mjx-container").count() >= page.locator(".math").count()
+            loaded = page.evaluate(
+                "() => document.fonts.ready.then(() => Array.from(document.fonts)"
+                ".filter(f => f.family.includes('MJX') && f.status === 'loaded').length)")
+            assert loaded > 0, "MathJax's fonts did not load"
         broken = page.evaluate(
             "() => Array.from(document.images).filter(i => i.complete && i.naturalWidth === 0)"
             ".map(i => i.src)"
@@ -289,3 +295,161 @@ def test_every_internal_link_resolves():
                     broken.append(f"{page.relative_to(SITE)}: {ref} (no such anchor)")
     assert checked > 500, f"only {checked} internal links checked: is the site built?"
     assert not broken, "broken links:\n" + "\n".join(broken[:50])
+
+
+# --- every screen size: navigation, width, length -------------------------------------------
+
+#: A phone, a tablet, a laptop (the widths the reader's-page review used).
+WIDTHS = {390: 844, 768: 1024, 1280: 800}
+#: The theme shows the sidebars beside the text from this width on (pydata-sphinx-theme's
+#: "lg" breakpoint); below it the buttons open them as dialogs.
+WIDE = 992
+#: The longest page, in screens of a 1280 x 800 window.
+MAX_SCREENS = 30
+
+
+def _open_at(browser, rel: Path, width: int):
+    page = browser.new_page(viewport={"width": width, "height": WIDTHS.get(width, 800)})
+    page.goto((SITE / rel).as_uri(), wait_until="load")
+    if page.locator(".math").count():
+        page.wait_for_function("() => window.MathJax && MathJax.startup && "
+                               "MathJax.startup.promise", timeout=20_000)
+        page.evaluate("() => MathJax.startup.promise")
+    return page
+
+
+def _visible(page, selector: str):
+    """The first element matching ``selector`` that a reader can see (the theme keeps hidden
+    copies of its buttons in the header)."""
+    for handle in page.query_selector_all(selector):
+        if handle.is_visible():
+            return handle
+    return None
+
+
+def _box(page, selector: str) -> dict:
+    return page.evaluate(
+        """s => { const e = document.querySelector(s); if (!e) return null;
+                  const r = e.getBoundingClientRect(), cs = getComputedStyle(e);
+                  return {x: r.x, right: r.right, width: r.width, height: r.height,
+                          shown: cs.visibility !== 'hidden' && r.width > 0 && r.height > 0}; }""",
+        selector)
+
+
+def _inside(box: dict | None, width: int) -> bool:
+    return bool(box) and box["shown"] and box["x"] >= -1 and box["right"] <= width + 1
+
+
+def _check_chapter_list(page, width: int, keyboard: bool) -> None:
+    """The visible navigation button shows the chapter list inside the window, and hides it
+    again (a second press on a laptop, Escape on a narrow screen)."""
+    toggle = _visible(page, ".primary-toggle")
+    assert toggle is not None, f"{width} px: no visible navigation button"
+
+    def press():
+        if keyboard:
+            toggle.focus()
+            page.keyboard.press("Enter")
+        else:
+            toggle.click()
+        page.wait_for_timeout(400)
+
+    links = ".bd-docs-nav"
+    if width >= WIDE:
+        assert _inside(_box(page, links), width), f"{width} px: chapter list not shown"
+        press()
+        assert not _inside(_box(page, links), width), f"{width} px: the button did not hide it"
+        press()
+        assert _inside(_box(page, links), width), f"{width} px: the button did not show it again"
+    else:
+        assert not _inside(_box(page, links), width), f"{width} px: chapter list shown at load"
+        press()
+        assert _inside(_box(page, links), width), \
+            f"{width} px: the button did not bring the chapter list into the window"
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(400)
+        assert not _inside(_box(page, links), width), f"{width} px: Escape did not close it"
+
+
+def _check_page_contents(page, width: int, keyboard: bool) -> None:
+    """The in-page contents (the list of the page's sections) can be seen: beside the text on
+    a wide screen, or through its button."""
+    contents = "#pst-page-toc-nav"
+    if page.locator(contents).count() == 0:
+        return  # a page without sections has no in-page contents
+    toggle = _visible(page, ".secondary-toggle")
+    if toggle is None:
+        assert _inside(_box(page, contents), width), f"{width} px: in-page contents not shown"
+        return
+    if keyboard:
+        toggle.focus()
+        page.keyboard.press("Enter")
+    else:
+        toggle.click()
+    page.wait_for_timeout(400)
+    assert _inside(_box(page, contents), width), \
+        f"{width} px: the contents button did not show the page's sections in the window"
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(400)
+    assert not _inside(_box(page, contents), width), f"{width} px: Escape did not close them"
+
+
+@pytest.mark.parametrize("rel", PAGES, ids=lambda p: p.name)
+def test_every_screen_size_navigates_and_never_scrolls_sideways(browser, rel):
+    """At 390, 768 and 1280 px: the page is no wider than the window, the visible navigation
+    button opens the chapter list inside the window, and the in-page contents open (by click
+    at 768 and 1280 px, by keyboard at 390 px)."""
+    for width in WIDTHS:
+        page = _open_at(browser, rel, width)
+        try:
+            scroll = page.evaluate("document.documentElement.scrollWidth")
+            assert scroll <= width, f"{rel} at {width} px: the page is {scroll} px wide"
+            _check_chapter_list(page, width, keyboard=width == 390)
+            _check_page_contents(page, width, keyboard=width == 390)
+        finally:
+            page.close()
+
+
+def test_navigation_by_keyboard_at_1024_px(browser):
+    """Between tablet and laptop: the sidebar is beside the text, the in-page contents behind
+    a button; both work from the keyboard."""
+    rel = Path("book/03_scaled_dot_product.html")
+    page = _open_at(browser, rel, 1024)
+    try:
+        _check_chapter_list(page, 1024, keyboard=True)
+        _check_page_contents(page, 1024, keyboard=True)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("rel", PAGES, ids=lambda p: p.name)
+def test_a_page_reads_in_at_most_30_screens(browser, rel):
+    page = _open_at(browser, rel, 1280)
+    try:
+        screens = page.evaluate("document.documentElement.scrollHeight") / WIDTHS[1280]
+    finally:
+        page.close()
+    assert screens <= MAX_SCREENS, f"{rel}: {screens:.1f} screens at 1280 x 800"
+
+
+def test_a_figure_enlarges_and_closes(browser):
+    """Click (or tap) a figure: it opens over the page at up to its full resolution; Escape
+    closes it. From the keyboard: focus the figure, press Enter."""
+    page = _open_at(browser, Path("book/03_scaled_dot_product.html"), 390)
+    try:
+        figure = page.locator(".cell_output img").first
+        figure.scroll_into_view_if_needed()
+        figure.click()
+        zoomed = page.locator(".book-zoom img")
+        assert zoomed.count() == 1 and zoomed.is_visible()
+        shown = zoomed.bounding_box()["width"]
+        assert shown > 390, f"the enlarged figure is only {shown} px wide"
+        page.keyboard.press("Escape")
+        assert page.locator(".book-zoom").count() == 0
+        figure.focus()
+        page.keyboard.press("Enter")
+        assert page.locator(".book-zoom").count() == 1
+        page.locator(".book-zoom").click()
+        assert page.locator(".book-zoom").count() == 0
+    finally:
+        page.close()
