@@ -295,3 +295,19 @@ def test_png_size_reads_the_header():
     fig.savefig(buf, format="png", dpi=50)
     plt.close(fig)
     assert png_size(base64.b64encode(buf.getvalue()).decode()) == (150, 100)
+
+
+def test_the_icon_is_what_its_script_draws():
+    """Consistency check: the stored ``_static/favicon.svg`` is the output of
+    ``tools/make_favicon.py`` (re-run the script after changing it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_favicon",
+                                                  ROOT / "tools" / "make_favicon.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "_static" / "favicon.svg").read_text() == module.favicon_svg()
+    weights = module.causal_weights(4)
+    assert weights[0] == [1.0, 0.0, 0.0, 0.0]  # the first query sees only itself
+    assert all(abs(sum(row) - 1) < 1e-12 for row in weights)
+    assert weights[3][3] > weights[3][2] > weights[3][1] > weights[3][0]  # nearer weighs more

@@ -453,3 +453,26 @@ def test_a_figure_enlarges_and_closes(browser):
         assert page.locator(".book-zoom").count() == 0
     finally:
         page.close()
+
+
+def test_the_landing_page_leads_readers_to_at_a_glance_and_has_an_icon():
+    """The first page after the landing page is "At a glance", every page names the book's
+    icon, and the maintainers' commands are not on the landing page."""
+    from html.parser import HTMLParser
+
+    html = (SITE / "book" / "intro.html").read_text(encoding="utf-8")
+    found: dict[str, str] = {}
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "a" and "right-next" in (a.get("class") or ""):
+                found["next"] = a.get("href", "")
+            if tag == "link" and a.get("rel") == "icon":
+                found["icon"] = a.get("href", "")
+
+    Parser().feed(html)
+    assert found.get("next") == "00_at_a_glance.html", found
+    assert found.get("icon", "").endswith("_static/favicon.svg"), found
+    assert (SITE / "_static" / "favicon.svg").is_file()
+    assert "make test" not in html and "make book" not in html
