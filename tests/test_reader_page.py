@@ -311,3 +311,26 @@ def test_the_icon_is_what_its_script_draws():
     assert weights[0] == [1.0, 0.0, 0.0, 0.0]  # the first query sees only itself
     assert all(abs(sum(row) - 1) < 1e-12 for row in weights)
     assert weights[3][3] > weights[3][2] > weights[3][1] > weights[3][0]  # nearer weighs more
+
+
+def test_landing_cards_get_small_sharp_copies_of_the_figures():
+    """The landing page's card images: scaled to 640 px wide at most, 256 colours."""
+    import importlib.util
+    import io
+
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location(
+        "landing_figures", ROOT / "book" / "_ext" / "landing_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def png(width, height):
+        buf = io.BytesIO()
+        Image.linear_gradient("L").resize((width, height)).convert("RGB").save(buf, "PNG")
+        return buf.getvalue()
+
+    big = Image.open(io.BytesIO(module.card_png(png(1200, 600))))
+    assert big.size == (640, 320) and big.mode == "P"
+    small = Image.open(io.BytesIO(module.card_png(png(300, 200))))
+    assert small.size == (300, 200)

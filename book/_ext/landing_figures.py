@@ -6,12 +6,15 @@ the first PNG that cell stores to ``book/_landing/<notebook stem>.png``, where
 the landing page (``book/intro.md``) picks it up. Strict nbval proves every
 stored output equal to a fresh run, so the map shows what the chapter computes
 today. A chapter notebook without exactly one tagged cell holding a PNG is a
-build warning, which the ``-W`` build turns into an error.
+build warning, which the ``-W`` build turns into an error. A card shows the
+figure at most about 320 px wide, so the copy is scaled to 640 px (sharp on a
+high-density screen) and kept in 256 colours.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 
@@ -42,6 +45,25 @@ def tagged_png(notebook: Path) -> bytes | None:
     return None
 
 
+#: The widest copy a card needs, in pixels (twice its displayed width).
+CARD_WIDTH = 640
+
+
+def card_png(png: bytes, width: int = CARD_WIDTH) -> bytes:
+    """``png`` scaled down to at most ``width`` pixels wide, in 256 colours."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    if image.width > width:
+        height = round(image.height * width / image.width)
+        image = image.resize((width, height), Image.Resampling.LANCZOS)
+    small = image.quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                           dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
 def chapter_notebooks(srcdir: Path) -> list[Path]:
     """Chapter notebooks: ``book/NN_*.ipynb`` (solutions are elsewhere)."""
     return sorted((srcdir / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -55,6 +77,7 @@ def _write_figures(app: Sphinx) -> None:
         png = tagged_png(notebook)
         if png is None:
             continue
+        png = card_png(png)
         target = out / f"{notebook.stem}.png"
         if not target.exists() or target.read_bytes() != png:
             target.write_bytes(png)
