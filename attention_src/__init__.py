@@ -12,7 +12,8 @@ KV cache, chapter 9), ``profiling`` (exact memory and multiply-add counts of ten
 timings and log-log slopes, chapter 9), ``numpy_ref`` (NumPy versions), ``plotting`` (the
 figure style and ``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks).
 Imported as modules, for the experiments of one or two chapters: ``data`` (generated data
-sets), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops), ``windowed``
+sets), ``date_alignment`` (where a date translator's attention goes, chapter 2), ``seq2seq``
+(recurrent encoder-decoders), ``training`` (training loops), ``windowed``
 (banded attention that computes only the band, chapter 4), ``order_task`` (chapter 4's
 previous-token experiment), ``head_metrics`` (what heads do, chapter 5), ``language_model`` (an
 attention-only causal Transformer and its head scores, chapter 6), ``compare`` (self-attention,

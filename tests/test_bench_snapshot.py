@@ -32,7 +32,7 @@ def _load_bench():
 
 bench = _load_bench() if BENCH.exists() else None
 RERUN = ("re-run `python benchmarks/bench_attention.py --snapshot` and re-execute chapter 9 "
-         "(`make execute NB=book/09_efficient_attention.ipynb`)")
+         "(`make execute NB='book/09_efficient_attention.ipynb book/09a_benchmark_method.ipynb'`)")
 
 
 def _meta() -> dict:
