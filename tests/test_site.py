@@ -340,6 +340,16 @@ def _inside(box: dict | None, width: int) -> bool:
     return bool(box) and box["shown"] and box["x"] >= -1 and box["right"] <= width + 1
 
 
+def _press(page, button, keyboard: bool) -> None:
+    """Press ``button`` as a reader would: a click, or focus and Enter from the keyboard."""
+    if keyboard:
+        button.focus()
+        page.keyboard.press("Enter")
+    else:
+        button.click()
+    page.wait_for_timeout(400)
+
+
 def _check_chapter_list(page, width: int, keyboard: bool) -> None:
     """The visible navigation button shows the chapter list inside the window, and hides it
     again (a second press on a laptop, Escape on a narrow screen)."""
@@ -347,12 +357,7 @@ def _check_chapter_list(page, width: int, keyboard: bool) -> None:
     assert toggle is not None, f"{width} px: no visible navigation button"
 
     def press():
-        if keyboard:
-            toggle.focus()
-            page.keyboard.press("Enter")
-        else:
-            toggle.click()
-        page.wait_for_timeout(400)
+        _press(page, toggle, keyboard)
 
     links = ".bd-docs-nav"
     if width >= WIDE:
@@ -381,12 +386,7 @@ def _check_page_contents(page, width: int, keyboard: bool) -> None:
     if toggle is None:
         assert _inside(_box(page, contents), width), f"{width} px: in-page contents not shown"
         return
-    if keyboard:
-        toggle.focus()
-        page.keyboard.press("Enter")
-    else:
-        toggle.click()
-    page.wait_for_timeout(400)
+    _press(page, toggle, keyboard)
     assert _inside(_box(page, contents), width), \
         f"{width} px: the contents button did not show the page's sections in the window"
     page.keyboard.press("Escape")
