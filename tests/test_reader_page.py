@@ -334,3 +334,19 @@ def test_landing_cards_get_small_sharp_copies_of_the_figures():
     assert big.size == (640, 320) and big.mode == "P"
     small = Image.open(io.BytesIO(module.card_png(png(300, 200))))
     assert small.size == (300, 200)
+
+
+def test_pages_drop_the_icon_script_and_all_but_the_search_page_the_index():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("site_fixes",
+                                                  ROOT / "book" / "_ext" / "site_fixes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    head = ('<head>\n  <script defer src="../_static/scripts/fontawesome.js?digest=55c2">'
+            '</script>\n    <script src="../searchindex.js"></script>\n'
+            '<script src="../_static/book.js"></script>\n</head>')
+    page = module.strip_unused_scripts(head)
+    assert "fontawesome" not in page and "searchindex" not in page and "book.js" in page
+    search = module.strip_unused_scripts(head, search_page=True)
+    assert "fontawesome" not in search and "searchindex.js" in search
