@@ -396,7 +396,8 @@ def _check_page_contents(page, width: int, keyboard: bool) -> None:
 
 @pytest.mark.parametrize("rel", PAGES, ids=lambda p: p.name)
 def test_every_screen_size_navigates_and_never_scrolls_sideways(browser, rel):
-    """At 390, 768 and 1280 px: the page is no wider than the window, the visible navigation
+    """At 390, 768 and 1280 px: the page is no wider than the window, every figure keeps its
+    shape (a narrow screen shrinks it, not squeezes it), the visible navigation
     button opens the chapter list inside the window, and the in-page contents open (by click
     at 768 and 1280 px, by keyboard at 390 px)."""
     for width in WIDTHS:
@@ -404,6 +405,14 @@ def test_every_screen_size_navigates_and_never_scrolls_sideways(browser, rel):
         try:
             scroll = page.evaluate("document.documentElement.scrollWidth")
             assert scroll <= width, f"{rel} at {width} px: the page is {scroll} px wide"
+            squeezed = page.evaluate(
+                """() => Array.from(document.querySelectorAll('article img'))
+                     .filter(i => i.complete && i.naturalWidth > 0)
+                     .filter(i => { const r = i.getBoundingClientRect();
+                                    return r.height > 0 && Math.abs(r.width / r.height
+                                        - i.naturalWidth / i.naturalHeight) > 0.02; })
+                     .map(i => i.getAttribute('src'))""")
+            assert not squeezed, f"{rel} at {width} px: figures drawn out of shape: {squeezed}"
             _check_chapter_list(page, width, keyboard=width == 390)
             _check_page_contents(page, width, keyboard=width == 390)
         finally:
