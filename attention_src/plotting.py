@@ -195,7 +195,7 @@ def show_heatmaps(
                 for i in range(L_q):
                     for j in range(L_k):
                         value = grid[r, c, i, j]
-                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=11,
+                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=12,
                                 color="black" if value > mid else "white")
             if titles is not None and r == 0:
                 ax.set_title(titles[c])

@@ -308,7 +308,7 @@ def test_annotation_text_is_centred_small_and_its_colour_switches_at_the_midpoin
         "0.40": to_hex("white"), "0.50": to_hex("white"),
         "0.55": to_hex("black"), "1.00": to_hex("black")}
     for t in texts.values():
-        assert (t.get_ha(), t.get_va(), t.get_fontsize()) == ("center", "center", 11)
+        assert (t.get_ha(), t.get_va(), t.get_fontsize()) == ("center", "center", 12)
     positions = {k: t.get_position() for k, t in texts.items()}
     assert positions == {"0.40": (0, 0), "0.50": (1, 0), "0.55": (0, 1), "1.00": (1, 1)}
     assert [t.get_rotation() for t in axes[0, 0].get_xticklabels()] == [90.0, 90.0]

@@ -350,3 +350,20 @@ def test_pages_drop_the_icon_script_and_all_but_the_search_page_the_index():
     assert "fontawesome" not in page and "searchindex" not in page and "book.js" in page
     search = module.strip_unused_scripts(head, search_page=True)
     assert "fontawesome" not in search and "searchindex.js" in search
+
+
+#: The smallest text a figure may set, in points: 12 pt at 100 dpi is 16.7 px, at least 10 px
+#: once a figure of the widest size is scaled to a phone's text column.
+MIN_FONT_PT = 12
+FONT_SIZE = re.compile(r"\b(?:fontsize|labelsize)\s*=\s*(\d+(?:\.\d+)?)")
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=_rel)
+def test_no_figure_text_below_12_points(nb_path):
+    small = []
+    for i, cell in enumerate(_cells(nb_path)):
+        if cell["cell_type"] == "code":
+            small += [(i, float(m)) for m in FONT_SIZE.findall("".join(cell["source"]))
+                      if float(m) < MIN_FONT_PT]
+    assert not small, f"{_rel(nb_path)}: text below {MIN_FONT_PT} pt (cell, size): {small}"
+    assert MIN_FONT_PT / 72 * 100 * 358 / (att.MAX_FIGURE_WIDTH * 100) >= 10

@@ -423,14 +423,18 @@ def test_every_screen_size_navigates_and_never_scrolls_sideways(browser, rel):
             page.close()
 
 
-def test_navigation_by_keyboard_at_1024_px(browser):
-    """Between tablet and laptop: the sidebar is beside the text, the in-page contents behind
-    a button; both work from the keyboard."""
+@pytest.mark.parametrize("width, keyboard", [(390, False), (768, True), (1024, False),
+                                             (1024, True), (1280, True)],
+                         ids=lambda v: str(v))
+def test_navigation_by_the_other_hand(browser, width, keyboard):
+    """The every-page test presses the buttons by keyboard at 390 px and by click at 768 and
+    1280 px; here one chapter gets the other way at those widths, and both at 1024 px, where
+    the chapter list sits beside the text and the in-page contents behind a button."""
     rel = Path("book/03_scaled_dot_product.html")
-    page = _open_at(browser, rel, 1024)
+    page = _open_at(browser, rel, width)
     try:
-        _check_chapter_list(page, 1024, keyboard=True)
-        _check_page_contents(page, 1024, keyboard=True)
+        _check_chapter_list(page, width, keyboard=keyboard)
+        _check_page_contents(page, width, keyboard=keyboard)
     finally:
         page.close()
 
