@@ -35,6 +35,8 @@ __all__ = [
     "reverse_task",
     "date_pairs",
     "DATE_FORMATS",
+    "DateTask",
+    "date_translation_task",
     "encode_pairs",
     "curve_target",
     "noisy_curve",
@@ -206,6 +208,55 @@ def date_pairs(
         human = format_date(date, formats[int(f)], locale=locale).lower()
         pairs.append((human, date.isoformat()))
     return pairs
+
+
+@dataclass
+class DateTask:
+    """Chapter 2's date translation data: pairs, vocabularies and encoded sets.
+
+    Attributes:
+        train_pairs, test_pairs: ``(source, target)`` strings, e.g.
+            ``("july 19, 2020", "2020-07-19")``; no held-out source is a training source.
+        src_vocab: the characters of the training sources; tgt_vocab: digits and ``-``.
+        train_set, test_set: the pairs encoded and padded (:class:`SequencePairs`).
+    """
+
+    train_pairs: list[tuple[str, str]]
+    test_pairs: list[tuple[str, str]]
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train_set: SequencePairs
+    test_set: SequencePairs
+
+
+def date_translation_task(
+    n_train: int = 4000, n_test: int = 500, train_seed: int = 1, test_seed: int = 2,
+    draw: int = 600,
+) -> DateTask:
+    """The training and held-out dates of chapter 2 (its defaults are the chapter's).
+
+    ``n_train`` pairs from :func:`date_pairs` with ``train_seed``; then ``draw`` pairs with
+    ``test_seed``, of which those whose source is not a training source are kept, the first
+    ``n_test`` of them.
+
+    Raises:
+        ValueError: a count is not positive, or fewer than ``n_test`` of the ``draw`` held-out
+            dates are new (draw more).
+    """
+    for name, value in (("n_train", n_train), ("n_test", n_test), ("draw", draw)):
+        check_positive_int(name, value)
+    train_pairs = date_pairs(n_train, seed=train_seed)
+    seen = {source for source, _ in train_pairs}
+    fresh = [pair for pair in date_pairs(draw, seed=test_seed) if pair[0] not in seen]
+    if len(fresh) < n_test:
+        raise ValueError(f"only {len(fresh)} of the {draw} held-out dates are new, "
+                         f"n_test = {n_test}: increase draw")
+    test_pairs = fresh[:n_test]
+    src_vocab = Vocab(ch for source, _ in train_pairs for ch in source)
+    tgt_vocab = Vocab("0123456789-")
+    return DateTask(train_pairs, test_pairs, src_vocab, tgt_vocab,
+                    encode_pairs(train_pairs, src_vocab, tgt_vocab),
+                    encode_pairs(test_pairs, src_vocab, tgt_vocab))
 
 
 def curve_target(x: torch.Tensor) -> torch.Tensor:

@@ -326,3 +326,24 @@ def test_date_pairs_messages_are_anchored():
         date_pairs(3, formats=())
     with pytest.raises(ValueError, match=r"^n must be positive, got 0$"):
         date_pairs(0)
+
+
+def test_date_translation_task_is_chapter_2s_split():
+    """Reference: the split written out by hand, as chapter 2 first wrote it."""
+    task = data.date_translation_task()
+    train_pairs = data.date_pairs(4000, seed=1)
+    seen = {s for s, _ in train_pairs}
+    test_pairs = [p for p in data.date_pairs(600, seed=2) if p[0] not in seen][:500]
+    assert task.train_pairs == train_pairs and task.test_pairs == test_pairs
+    assert not {s for s, _ in task.test_pairs} & seen  # held out means unseen
+    assert len(task.train_set) == 4000 and len(task.test_set) == 500
+    assert set(task.tgt_vocab.encode("2020-07-19")) <= set(range(len(task.tgt_vocab)))
+    assert torch.equal(task.test_set.src_len,
+                       torch.tensor([len(s) for s, _ in test_pairs]))
+
+
+def test_date_translation_task_bad_input():
+    with pytest.raises(ValueError, match="n_test"):
+        data.date_translation_task(n_train=10, n_test=50, draw=20)
+    with pytest.raises((ValueError, TypeError), match="draw"):
+        data.date_translation_task(draw=0)

@@ -82,3 +82,4 @@ def test_bad_input_is_named():
         field_attention_mass(torch.zeros(1, 11, 5), ["19.07.2020"])
     with pytest.raises(ValueError, match="L_t = 4"):
         field_attention_mass(torch.zeros(1, 4, 10), ["19.07.2020"])
+
