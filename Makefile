@@ -72,8 +72,9 @@ unit: $(STAMP)
 nbtest: $(STAMP)
 	$(PY) -m pytest $(NBVAL) -n 2 --dist loadscope $(NOTEBOOKS)
 
+# two Chromium workers: the page loads are the slow part, and each test opens its own pages
 site-test: book
-	$(PY) -m pytest tests -m browser
+	$(PY) -m pytest tests -m browser -n 2
 	@test -x /usr/bin/chromium || { \
 	    echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
 	    echo "!!! BROWSER TESTS SKIPPED: /usr/bin/chromium is missing, so the built site was"; \

@@ -53,7 +53,12 @@
     images.forEach(function (img) {
       img.tabIndex = 0;
       img.setAttribute("title", "Click to enlarge");
-      img.addEventListener("click", function () { zoom(img); });
+      // Sphinx wraps a figure shown below its full size in a link to the image file;
+      // the overlay replaces that link (without scripts the link still works).
+      img.addEventListener("click", function (event) {
+        event.preventDefault();
+        zoom(img);
+      });
       img.addEventListener("keydown", function (event) {
         if (event.key === "Enter" || event.key === " ") {
           event.preventDefault();
