@@ -11,7 +11,10 @@
   one call.
 * :func:`best_ms`: the best CPU time of the calling thread over a few calls, after a
   warm-up call (``time.thread_time``: time other processes hold the core is not counted;
-  with one thread, ``torch.set_num_threads(1)``, every operator runs in this thread).
+  with one thread, ``torch.set_num_threads(1)``, every operator runs in this thread). For a
+  call on a CUDA device (``device="cuda"``) it is the GPU's time between two CUDA events
+  around the call instead: a GPU kernel runs after its launch returns, so the CPU's time
+  would measure the launch, not the work.
 * :class:`CpuCost`, :func:`measure_call` and :func:`median_cost`: what a call costs, split
   as the operating system accounts for it: wall-clock time, CPU time in user mode (the
   program's own instructions), CPU time in system mode (the kernel working for it: page
@@ -55,7 +58,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention_src.validation import check_positive_int
 
-__all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "best_ms", "best_ms_interleaved",
+__all__ = ["TensorMemory", "peak_bytes", "matmul_macs", "cuda_to_sync", "best_ms",
+           "best_ms_interleaved",
            "CpuCost", "measure_call", "median_cost", "mean_cost", "KEEP_HEAP_ENV", "HEAP_STATES",
            "heap_control_missing", "set_heap", "HUGE_PAGE_MODE_FILE",
            "huge_page_mode", "slope"]
@@ -153,21 +157,58 @@ def matmul_macs(fn: Callable, *args, **kwargs) -> int:
     return mem.macs
 
 
-def best_ms(fn: Callable, repeats: int = 3) -> float:
-    """Best CPU time of the calling thread over ``repeats`` calls of ``fn()``, in ms.
+def cuda_to_sync(device: object) -> torch.device | None:
+    """The CUDA device a timing must wait for, or ``None`` for a timing on the CPU.
 
-    One warm-up call first (first-call allocations are not timed); no autograd. The minimum,
+    ``device``: ``None`` or a CPU device (the CPU's clocks are right), or a CUDA device (a
+    ``torch.device`` or its name, e.g. ``"cuda"``), which must be available.
+    """
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"device must be None, a str or a torch.device, got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:  # torch's message for a name it does not know
+        raise ValueError(f"device {device!r} is not a device name: {err}") from None
+    if dev.type == "cpu":
+        return None
+    if dev.type != "cuda":
+        raise ValueError(f"timing supports CPU and CUDA devices, got device {dev}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {dev} was asked for, but CUDA is not available here")
+    return dev
+
+
+def best_ms(fn: Callable, repeats: int = 3, *, device: object = None) -> float:
+    """Best time of ``repeats`` calls of ``fn()``, in ms, after one warm-up call; no autograd.
+
+    On the CPU (``device=None`` or ``"cpu"``): the CPU time of the calling thread
+    (``time.thread_time``). On a CUDA device: the GPU's time between two CUDA events recorded
+    before and after the call, once all queued work has finished; the CPU's time would only
+    count the kernels' launches, since a kernel runs after its launch returns. The minimum,
     not the mean: load from other processes only ever adds time.
     """
     _check_callable(fn)
     check_positive_int("repeats", repeats)
+    cuda = cuda_to_sync(device)
     times = []
     with torch.no_grad():
         fn()  # warm-up
         for _ in range(repeats):
-            start = time.thread_time()
+            if cuda is None:
+                start = time.thread_time()
+                fn()
+                times.append(time.thread_time() - start)
+                continue
+            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            torch.cuda.synchronize(cuda)  # earlier work is not this call's
+            begin.record()
             fn()
-            times.append(time.thread_time() - start)
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / 1e3)  # elapsed_time is in ms
     return 1e3 * min(times)
 
 
@@ -308,37 +349,49 @@ def _check_scope(scope: object) -> int:
     return who
 
 
-def measure_call(fn: Callable, *, scope: str = "thread") -> tuple[object, CpuCost]:
+def measure_call(fn: Callable, *, scope: str = "thread",
+                 device: object = None) -> tuple[object, CpuCost]:
     """Call ``fn()`` once; return its result and a :class:`CpuCost` of the call.
 
     ``scope="thread"`` counts the CPU time and faults of the calling thread only (with one
     PyTorch thread, ``torch.set_num_threads(1)``, every operator runs in it);
     ``scope="process"`` those of all the threads of the process (with several intra-op
     threads, their CPU times add up, so ``cpu_ms`` may exceed ``wall_ms``). Autograd is
-    left as the caller set it. See :class:`CpuCost` for what each field measures.
+    left as the caller set it. See :class:`CpuCost` for what each field measures. With a
+    CUDA ``device``, the call's GPU work is waited for before and after it
+    (``torch.cuda.synchronize``), so ``wall_ms`` includes it; the CPU fields then count the
+    launches and the waiting.
     """
     _check_callable(fn)
     who = _check_scope(scope)
+    cuda = cuda_to_sync(device)
     clock = getattr(time, _CLOCKS[scope])  # looked up at each call: a test may replace time
+    if cuda is not None:
+        torch.cuda.synchronize(cuda)
     before, cpu, start = resource.getrusage(who), clock(), time.perf_counter()
     out = fn()
+    if cuda is not None:
+        torch.cuda.synchronize(cuda)
     wall, cpu, after = time.perf_counter() - start, clock() - cpu, resource.getrusage(who)
     return out, CpuCost(1e3 * wall, 1e3 * cpu, 1e3 * (after.ru_utime - before.ru_utime),
                         1e3 * (after.ru_stime - before.ru_stime),
                         after.ru_minflt - before.ru_minflt)
 
 
-def median_cost(fn: Callable, repeats: int = 5, *, scope: str = "thread") -> CpuCost:
+def median_cost(fn: Callable, repeats: int = 5, *, scope: str = "thread",
+                device: object = None) -> CpuCost:
     """The median :class:`CpuCost` of ``repeats`` calls of ``fn()``, field by field, after
-    one warm-up call; without autograd. See :func:`measure_call` for ``scope``."""
+    one warm-up call; without autograd. See :func:`measure_call` for ``scope`` and
+    ``device``."""
     _check_callable(fn)
     check_positive_int("repeats", repeats)
     _check_scope(scope)
+    cuda_to_sync(device)
     with torch.no_grad():
         fn()  # warm-up: first-call allocations and one-time setup are not measured
         costs = []
         for _ in range(repeats):
-            out, cost = measure_call(fn, scope=scope)
+            out, cost = measure_call(fn, scope=scope, device=device)
             del out  # freed before the next call, as a caller that drops it would
             costs.append(cost)
     return CpuCost(*(statistics.median(field) for field in zip(*costs, strict=True)))
@@ -381,14 +434,15 @@ def mean_cost(fn: Callable, min_ms: float = 100.0, *, warm_up: int = 3,
     return CpuCost(*(field / calls for field in total))
 
 
-def best_ms_interleaved(calls: Mapping[Hashable, Callable], rounds: int = 5
-                        ) -> dict[Hashable, float]:
+def best_ms_interleaved(calls: Mapping[Hashable, Callable], rounds: int = 5, *,
+                        device: object = None) -> dict[Hashable, float]:
     """Best CPU time (ms) of each call in ``calls``, ``{key: fn}``, over ``rounds`` rounds.
 
     Each round times every call once with ``best_ms(fn, repeats=1)`` (a warm-up call, then one
     timed call), in the order of ``calls``; a call's result is its fastest round. Taking turns
     means that a moment when another process holds the CPU spoils one round of every call,
-    not every round of one call. Returns ``{key: ms}`` in the order of ``calls``.
+    not every round of one call. Returns ``{key: ms}`` in the order of ``calls``. ``device``
+    as in :func:`best_ms` (a CUDA device: GPU time between CUDA events).
     """
     if not isinstance(calls, Mapping):
         raise TypeError(f"calls must be a mapping {{key: function}}, got {type(calls).__name__}")
@@ -396,10 +450,11 @@ def best_ms_interleaved(calls: Mapping[Hashable, Callable], rounds: int = 5
         if not callable(fn):
             raise TypeError(f"calls[{key!r}] must be callable, got {type(fn).__name__}")
     check_positive_int("rounds", rounds)
+    cuda_to_sync(device)
     best = {key: math.inf for key in calls}
     for _ in range(rounds):
         for key, fn in calls.items():
-            best[key] = min(best[key], best_ms(fn, repeats=1))
+            best[key] = min(best[key], best_ms(fn, repeats=1, device=device))
     return best
 
 

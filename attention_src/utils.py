@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numbers
+import os
 import random
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["set_seed", "count_parameters"]
+__all__ = ["set_seed", "count_parameters", "DEVICE_ENV", "pick_device"]
 
 
 def set_seed(seed: int) -> None:
@@ -35,3 +36,31 @@ def set_seed(seed: int) -> None:
 def count_parameters(module: nn.Module) -> int:
     """Number of trainable parameters (elements) of ``module``."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+#: The environment variable that overrides :func:`pick_device`, e.g. ``ATTENTION_DEVICE=cpu``.
+DEVICE_ENV = "ATTENTION_DEVICE"
+
+
+def pick_device(prefer: str | torch.device | None = None) -> torch.device:
+    """The device a chapter runs on: ``prefer`` if given, else ``$ATTENTION_DEVICE`` if set,
+    else the first CUDA GPU when PyTorch sees one, else the CPU.
+
+    Raises ``ValueError`` when the device asked for (argument or variable) is not a device
+    name, or is a CUDA device while CUDA is unavailable; ``TypeError`` for a ``prefer`` that is
+    neither a string nor a ``torch.device``.
+    """
+    source = "prefer"
+    if prefer is None and os.environ.get(DEVICE_ENV):
+        prefer, source = os.environ[DEVICE_ENV], f"${DEVICE_ENV}"
+    if prefer is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(prefer, (str, torch.device)):
+        raise TypeError(f"prefer must be a str or a torch.device, got {type(prefer).__name__}")
+    try:
+        device = torch.device(prefer)
+    except RuntimeError as err:
+        raise ValueError(f"{source}={prefer!r} is not a device name: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{source}={prefer!r} asks for CUDA, which is not available here")
+    return device

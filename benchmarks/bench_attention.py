@@ -87,6 +87,7 @@ import torch.nn.functional as F
 from attention_src import causal_mask, scaled_dot_product_attention
 from attention_src.efficient import blockwise_attention, blockwise_attention_per_head
 from attention_src.profiling import KEEP_HEAP_ENV, huge_page_mode, measure_call
+from attention_src.saved import record_checksum
 
 HEADS, D = 8, 64
 METHODS = ("plain", "book", "per_head", "blockwise", "fused")
@@ -104,7 +105,7 @@ SETTINGS = (("default", 1, METHODS, DEFAULT_LENGTHS),
 PER_HEAD_TILE = 512
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
-DATA = ROOT / "book" / "data"
+DATA = ROOT / "attention_src" / "saved_data"
 FILES = {"attention.csv": "ch09_bench_attention.csv",
          "attention_memory.csv": "ch09_bench_memory.csv",
          "attention_meta.json": "ch09_bench_attention_meta.json"}
@@ -452,7 +453,7 @@ def tile_sweep() -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--snapshot", action="store_true",
-                   help="also write the results into book/data/ for chapter 9")
+                   help="also write the results into attention_src/saved_data/ for chapter 9")
     p.add_argument("--allow-load", action="store_true",
                    help="snapshot even on a busy machine (recorded in the meta file)")
     p.add_argument("--quick", action="store_true", help="L up to 1024; writes nothing")
@@ -514,6 +515,7 @@ def main() -> None:
     if args.snapshot:
         for name, target in FILES.items():
             shutil.copyfile(RESULTS / name, DATA / target)
+            record_checksum(DATA / target)
             print(f"snapshot: {DATA / target}")
         print("now re-execute chapter 9: make execute NB=book/09_efficient_attention.ipynb")
 

@@ -1,4 +1,4 @@
-"""Chapter 9's benchmark snapshot (book/data/ch09_bench_*) belongs to the code in this tree.
+"""Chapter 9's benchmark snapshot (saved_data/ch09_bench_*) belongs to the code in this tree.
 
 The snapshot records the SHA-256 of the files whose code produced its numbers; a change to
 any of them makes the snapshot stale, and this test fails until the benchmark is run again
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "book" / "data"
+DATA = ROOT / "attention_src" / "saved_data"
 BENCH = ROOT / "benchmarks" / "bench_attention.py"
 # mutation testing copies only the package and the tests: no benchmark, no snapshot there
 pytestmark = pytest.mark.skipif(not BENCH.exists(), reason="not in a checkout of the book")

@@ -3,7 +3,6 @@ the analytic FLOP counts against FlopCounterMode, and path lengths against their
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from attention_src import compare as C
+from attention_src.saved import SAVED_DIR
 from attention_src.softmax import band_mask
 from attention_src.utils import count_parameters
 
@@ -972,7 +972,7 @@ def test_longest_matmul_chain_names_a_non_tensor_and_misses_what_is_no_product()
     assert C.longest_matmul_chain(a @ a @ a) == 2
 
 
-_DIGITS = Path(__file__).resolve().parents[1] / "book" / "data" / "ch07_digits.json"
+_DIGITS = SAVED_DIR / "ch07_digits.json"
 
 
 @pytest.mark.skipif(not _DIGITS.exists(), reason="the book's data are not in this copy")

@@ -19,7 +19,7 @@ per-head top-key agreement and asked-key hits on 100 other new graphs):
   without the ReLU before the read-out (``readout_relu=False``, as in Brody et al.'s model).
 
 Seed ``s`` is ``torch.manual_seed(s)`` before the model is built and the training graphs'
-generator seed. The results go to ``book/data/ch08_sweep.json`` (about 150 kB): one record per
+generator seed. The results go to ``saved_data/ch08_sweep.json`` (about 150 kB): one record per
 run, with the parameter count, test accuracy, mean loss of the last 50 steps and the per-head
 measurements (a variation's record adds its label, learning rate and read-out); the CPU
 seconds of each run are kept for the record only.
@@ -46,11 +46,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
 from attention_src import graph_tasks as G
+from attention_src.saved import SAVED_DIR, record_checksum
 
 #: The sweep's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -81,7 +81,7 @@ VARIATIONS = (
     ("no ReLU", "gatv2", 8, 1, 16, 400, 0.01, False),
     ("no ReLU", "gatv2", 8, 2, 16, 400, 0.01, False),
 )
-OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "ch08_sweep.json"
+OUT = SAVED_DIR / "ch08_sweep.json"
 TRAINING = ("gatv2_hidden", "steps", "batch", "lr")  # must agree for --reuse
 
 
@@ -153,6 +153,7 @@ def main() -> None:
             out["variations"].append(rec)
         OUT.write_text(json.dumps(out, indent=0) + "\n")
     OUT.write_text(json.dumps(out, indent=0) + "\n")
+    record_checksum(OUT)
     total = sum(r["cpu_s"] for r in out["book"] + out["sweep"] + out["variations"])
     print(f"saved {OUT.relative_to(OUT.parents[2])} ({OUT.stat().st_size / 1e3:.0f} kB), "
           f"{total / 60:.0f} min of CPU time")

@@ -4,7 +4,7 @@ Chapter 1 compares, on the string-reversal task, a GRU encoder-decoder whose dec
 fixed context vector with one whose decoder attends (400 training steps each), plus the
 no-attention model trained ten times longer (4,000 steps), to show that its lag is not just
 slower learning. Training all three takes minutes on a CPU, more than a chapter's time budget,
-so this script trains them and saves ``book/data/ch01_models.pt``: three ``state_dict``s, their
+so this script trains them and saves ``saved_data/ch01_models.pt``: three ``state_dict``s, their
 per-step losses and the settings. The notebook loads the file, re-evaluates every model live on
 the held-out test set, and re-runs the first training steps live to check that the saved curves
 are what this code produces.
@@ -27,13 +27,13 @@ Run from the repository root (four to six minutes on one CPU core)::
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 import attention_src as att
 from attention_src import data, seq2seq, training
+from attention_src.saved import SAVED_DIR
 
 #: The notebook checks these settings when it loads the file.
 CONFIG = {
@@ -50,7 +50,7 @@ RUNS = {
 REPLICATE_SEEDS = (1,)
 #: ``check_loss`` is computed on the first ``CHECK_PAIRS`` training pairs.
 CHECK_PAIRS = 512
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch01_models.pt"
+OUT = SAVED_DIR / "ch01_models.pt"
 
 
 def train_runs(train: data.SequencePairs, vocab_size: int, seed: int) -> dict:

@@ -11,7 +11,7 @@ clipping, 400 steps). The copy-task runs are repeated with every seed in ``REPLI
 (another initialisation and batch order, same data) and saved in the same form, so that the
 notebook can check its claims on a second seed. Training takes about a minute on one CPU core,
 more than the solutions notebook's time budget allows, so the notebook loads
-``book/data/ch01_solutions.pt`` (about 0.8 MB), evaluates every model live, and re-runs the
+``saved_data/ch01_solutions.pt`` (about 0.8 MB), evaluates every model live, and re-runs the
 first training steps live to check that the saved loss curves are what this code produces.
 
 Next to each ``state_dict`` the script stores ``check_loss``: the final weights' mean token
@@ -28,13 +28,13 @@ Run from the repository root::
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 import attention_src as att
 from attention_src import data, seq2seq, training
+from attention_src.saved import SAVED_DIR
 
 #: The notebook checks these settings when it loads the file (chapter 1's, see train_ch01.py).
 CONFIG = {
@@ -51,7 +51,7 @@ RUNS = {
 REPLICATE_SEEDS = (1,)
 #: ``check_loss`` is computed on the first ``CHECK_PAIRS`` pairs of the run's training set.
 CHECK_PAIRS = 512
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch01_solutions.pt"
+OUT = SAVED_DIR / "ch01_solutions.pt"
 
 
 def training_sets() -> tuple[data.Vocab, dict[str, data.SequencePairs]]:

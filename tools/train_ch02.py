@@ -10,7 +10,7 @@ held-out dates) and the held-out exact-match and token accuracies after training
 builds encoder, score and decoder after ``torch.manual_seed`` of ``3k``, ``3k + 1`` and
 ``3k + 2`` and draws its batches with seed ``k``, so seed 0 is the chapter's own run. Training
 25 models takes about two minutes, more than the chapter's time budget; the notebook loads
-``book/data/ch02_bakeoff.pt`` and trains only the additive model of seed 0 live.
+``saved_data/ch02_bakeoff.pt`` and trains only the additive model of seed 0 live.
 
 The ``state_dict`` of every seed-0 model is saved too (the notebook measures their alignments),
 next to its ``check_loss``: the final weights' mean token cross-entropy on a fixed batch, the
@@ -19,7 +19,7 @@ ties the saved weights to this run, and re-runs the first training steps of anot
 against the saved curve. The file is about 1 MB.
 
 The file was made with PyTorch's AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``), as
-``book/data/ch02_solutions.pt`` was, so the seed-0 models of the two files are identical (and
+``saved_data/ch02_solutions.pt`` was, so the seed-0 models of the two files are identical (and
 the additive runs are that file's two-way models); make it that way again. On a processor with
 AVX-512, PyTorch picks other kernels by default, whose results differ in the last bits;
 ``ATEN_CPU_CAPABILITY=avx2`` selects the AVX2 kernels, and with it a re-run reproduces the
@@ -37,13 +37,13 @@ Run from the repository root (about two minutes on one CPU core)::
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 import attention_src as att
 from attention_src import data, scoring, seq2seq, training
+from attention_src.saved import SAVED_DIR
 
 #: The chapter's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -58,7 +58,7 @@ SEEDS = (0, 1, 2, 3, 4)
 SAVED_SEEDS = (0,)
 #: ``check_loss`` is computed on the first ``CHECK_PAIRS`` training pairs.
 CHECK_PAIRS = 512
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch02_bakeoff.pt"
+OUT = SAVED_DIR / "ch02_bakeoff.pt"
 
 
 def make_score(name: str, d: int, d_a: int) -> att.Score:

@@ -14,7 +14,7 @@ model sizes, same training settings):
   drawn with seed ``k``). The two-way model of seed 0 is the additive model above, and the
   two-way models are the additive runs of the chapter's bake-off.
 
-It saves ``book/data/ch02_solutions.pt``: every ``state_dict``, its per-step losses, the
+It saves ``saved_data/ch02_solutions.pt``: every ``state_dict``, its per-step losses, the
 settings and the source vocabulary. The notebook loads the file, evaluates every model live,
 and re-runs the first training steps of some models live to check that the saved curves are
 what this code produces.
@@ -26,7 +26,7 @@ the saved weights to this run, and compares it with the end of the saved loss cu
 it does not change the weights: re-running the script reproduces them bit for bit.
 
 The saved file was made with PyTorch's AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``), as
-``book/data/ch02_bakeoff.pt`` was; make it that way again. On a processor with AVX-512,
+``saved_data/ch02_bakeoff.pt`` was; make it that way again. On a processor with AVX-512,
 PyTorch picks other kernels by default, whose results differ in the last bits, and over 120
 steps of training such differences grow (the loss curves agree to about 1e-5 in the first
 steps, the weights less closely at the end). With ``ATEN_CPU_CAPABILITY=avx2`` a re-run
@@ -40,12 +40,12 @@ Run from the repository root (about two minutes on one CPU core)::
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 from attention_src import data, scoring, seq2seq, training
+from attention_src.saved import SAVED_DIR
 
 #: The chapter's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -58,7 +58,7 @@ SCORES = ("additive", "dot", "scaled dot", "bilinear")
 SEEDS = (0, 1, 2, 3, 4)
 #: ``check_loss`` is computed on the first ``CHECK_PAIRS`` training pairs.
 CHECK_PAIRS = 512
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch02_solutions.pt"
+OUT = SAVED_DIR / "ch02_solutions.pt"
 
 
 def model_seeds(seed: int) -> tuple[int, int, int]:

@@ -14,13 +14,13 @@ each model is built after ``torch.manual_seed(seed)``) and see the same batches 
 heads. It also trains the one-head model of every seed for :data:`LONG_STEPS` steps (exercise 4;
 these 8 runs are 16,000 of the 23,200 training steps of ``ch05_heads.pt``).
 
-Saved in ``book/data/ch05_heads.pt``, for each run: the loss of every step, the ``state_dict``
+Saved in ``saved_data/ch05_heads.pt``, for each run: the loss of every step, the ``state_dict``
 and ``check_losses``, the loss of each output on a fixed batch (``CHECK_N`` sequences drawn with
 seed ``CHECK_SEED``). The notebook recomputes ``check_losses`` from the loaded weights, which ties
 the weights to this run, and re-runs the first steps live against the saved curve. The file is
 about 0.9 MB.
 
-Saved in ``book/data/ch05_side.json`` (a few kB): the CPU time (``time.process_time``, one
+Saved in ``saved_data/ch05_side.json`` (a few kB): the CPU time (``time.process_time``, one
 thread) of each group of runs, and a control: the 24 short runs again with the position table
 unscaled (``position_scale=1``), with each run's check losses, each head's preferred offset on
 the fixed batch and the first step at which the 10-step running mean of the loss falls below 0.1.
@@ -45,13 +45,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 import attention_src as att
 from attention_src import data, head_metrics
+from attention_src.saved import SAVED_DIR, record_checksum
 
 #: The chapter's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -63,7 +63,7 @@ SEEDS = (0, 1, 2, 3, 4, 5, 6, 7)
 BATCH_SEED = 1000
 LONG_STEPS = 2000
 CHECK_N, CHECK_SEED = 512, 12345
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch05_heads.pt"
+OUT = SAVED_DIR / "ch05_heads.pt"
 SIDE = OUT.with_name("ch05_side.json")
 #: The control's position scale (the chapter's models use OffsetReader's default, 2).
 CONTROL_SCALE = 1.0
@@ -193,6 +193,7 @@ def main() -> None:
     else:
         save(saved, OUT)
     SIDE.write_text(json.dumps(side, indent=1) + "\n")
+    record_checksum(SIDE)
     print(f"wrote {SIDE.name}: CPU seconds {side['cpu_seconds']}")
 
 

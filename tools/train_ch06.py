@@ -20,7 +20,7 @@ the loss curves and the score curves of the layer the notebook plots, and ``chec
 the final weights' mean next-token loss on the evaluation batch, which the notebook
 recomputes from the loaded weights. Each seed took 1 to 2 minutes on one core of the busy
 2-core reference machine, over the notebook's time budget, so the notebook loads
-``book/data/ch06_induction.pt`` (about 980 kB) and re-runs the first 100 steps of seed 0
+``saved_data/ch06_induction.pt`` (about 980 kB) and re-runs the first 100 steps of seed 0
 live against the saved losses.
 
 Kernels: the file was made with PyTorch's default kernels on an AVX-512 machine, where the
@@ -35,7 +35,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
@@ -49,6 +48,7 @@ from attention_src.language_model import (
     previous_token_score,
     train_language_model,
 )
+from attention_src.saved import SAVED_DIR
 
 #: The chapter's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -61,7 +61,7 @@ EVAL_SEED = 1_000_000_000
 EVAL_SIZE = 256
 #: Steps whose training loss the file keeps, for the notebook's live re-run.
 LIVE_STEPS = 100
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch06_induction.pt"
+OUT = SAVED_DIR / "ch06_induction.pt"
 
 
 def build_model(seed: int) -> AttentionOnlyTransformer:

@@ -25,12 +25,12 @@ A standard error shrinks with the number of sequences, so a bar of "so many stan
 decides borderline heads differently on different batches. The path ablation is therefore
 also run on a second, larger batch of ``BIG_SIZE`` (2,048) fresh sequences (seed
 ``BIG_SEED``), for these seeds at both budgets and for seeds 0 to 5 (their 3,000-step
-weights, loaded from ``book/data/ch06_induction.pt``): the mean rise and its standard error
+weights, loaded from ``saved_data/ch06_induction.pt``): the mean rise and its standard error
 over the 2,048 sequences, the mean over each block of ``BLOCK`` (256) sequences, to show how
 much a 256-sequence batch moves it, and the layer-1 previous- and duplicate-token scores on
 the same batch.
 
-It saves ``book/data/ch06_seeds.pt`` (about 260 kB): per seed, the loss curves every 50
+It saves ``saved_data/ch06_seeds.pt`` (about 260 kB): per seed, the loss curves every 50
 steps to step 6,000, the summaries at both budgets and ``check_loss`` (the 3,000-step
 weights' mean next-token loss on the evaluation batch); the path-ablation results on the
 large batch (``"big"``); and the 3,000-step weights of seed ``SHOW_SEED`` (8), from which
@@ -62,6 +62,7 @@ from saved_results import save
 
 from attention_src import data
 from attention_src import language_model as lm
+from attention_src.saved import SAVED_DIR
 from attention_src.stats import mean_se
 
 SEEDS = tuple(range(6, 14))
@@ -74,7 +75,7 @@ SHOW_SEED = 8
 BIG_SEED = 2_000_000_000
 BIG_SIZE = 2048
 BLOCK = 256
-OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "ch06_seeds.pt"
+OUT = SAVED_DIR / "ch06_seeds.pt"
 FIRST = OUT.parent / "ch06_induction.pt"  # seeds 0 to 5, written by train_ch06.py
 
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,6 +57,7 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 
 from attention_src import compare as C
+from attention_src.saved import SAVED_DIR, record_checksum
 from attention_src.utils import count_parameters
 
 SEEDS = range(16)
@@ -70,7 +70,7 @@ MODELS = (("attention", "attention", True, 16),
 LIVE_STEPS = 20
 QUERY = 3 * 8 + 3  # pixel (3, 3), row-major
 NEIGHBOURS = [r * 8 + c for r in range(2, 5) for c in range(2, 5)]
-OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "ch07_digits.json"
+OUT = SAVED_DIR / "ch07_digits.json"
 
 
 def digits_data():
@@ -176,6 +176,7 @@ def main():
     if args.seeds and OUT.exists():
         results = merge(json.loads(OUT.read_text()), results)
     OUT.write_text(json.dumps(results, indent=1))
+    record_checksum(OUT)
     print(f"saved {OUT} ({OUT.stat().st_size / 1e3:.0f} kB)")
 
 

@@ -19,7 +19,7 @@ experiment, kind and seed: the test and training accuracies and the loss curve; 
 final weights of the karate GAT and GATv2 of seed 0 and of every lookup model, from which the
 notebook recomputes the recorded accuracies and draws the attention. Every seed took a few
 seconds (digits: 10-20 s) on one core of the busy 2-core machine; all of it together is
-over the notebook's budget, so the notebook loads ``book/data/ch08_results.pt`` and re-runs
+over the notebook's budget, so the notebook loads ``saved_data/ch08_results.pt`` and re-runs
 karate GAT seed 0 and the first ``LIVE_STEPS`` lookup steps of GATv2 seed 0 live.
 
 Kernels: made with PyTorch's default kernels; the live re-runs agree with the saved losses
@@ -33,12 +33,12 @@ Run from the repository root::
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 from saved_results import save  # tools/saved_results.py, next to this script
 
 from attention_src import graph_tasks as G
+from attention_src.saved import SAVED_DIR
 
 #: The chapter's settings; the notebook checks them when it loads the file.
 CONFIG = {
@@ -49,7 +49,7 @@ CONFIG = {
     "seeds": {"karate": (0, 1, 2, 3, 4), "digits": (0, 1, 2), "lookup": (0, 1, 2)},
 }
 LIVE_STEPS = 30
-OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "ch08_results.pt"
+OUT = SAVED_DIR / "ch08_results.pt"
 
 
 def node_runs(name: str, data: G.GraphData, saved: dict) -> None:
