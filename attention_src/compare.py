@@ -54,6 +54,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from attention_src.utils import module_device, place
+from attention_src.validation import check_device
+
 __all__ = [
     "SelfAttentionLayer",
     "RestrictedSelfAttentionLayer",
@@ -318,13 +321,16 @@ def _check_kind(kind: object, centred: object, k: int, r: int) -> None:
 
 
 def make_stack(kind: str, n_layers: int, d: int, k: int = 3, r: int = 3,
-               centred: bool = False) -> nn.Sequential:
+               centred: bool = False, *, device: str | torch.device | None = None,
+               dtype: torch.dtype | None = None) -> nn.Sequential:
     """``n_layers`` layers of one kind, ``(B, n, d)`` -> ``(B, n, d)``.
 
     ``kind`` is one of :data:`KINDS`. The dilated stack uses dilation ``k**l`` in layer
     ``l = 0, 1, ...`` (WaveNet's scheme), so its receptive field is ``k**n_layers``.
     ``centred=True`` centres the windows of the kinds in :data:`WINDOWED` (``k`` or ``r``
     odd); self-attention has no window and the recurrent layer only one direction.
+    ``device`` and ``dtype`` place the stack after its weights are drawn on the CPU
+    (:func:`attention_src.utils.place`): the same weights on every device.
     """
     _check_int("n_layers", n_layers, 1)
     makers: dict[str, Callable[[int], nn.Module]] = {
@@ -336,7 +342,9 @@ def make_stack(kind: str, n_layers: int, d: int, k: int = 3, r: int = 3,
         "restricted": lambda layer: RestrictedSelfAttentionLayer(d, r, centred=centred),
     }
     _check_kind(kind, centred, k, r)
-    return nn.Sequential(*(makers[kind](layer) for layer in range(n_layers)))
+    device = check_device(device)
+    stack = nn.Sequential(*(makers[kind](layer) for layer in range(n_layers)))
+    return place(stack, device, dtype)
 
 
 def analytic_flops(layer: nn.Module, n: int, batch: int = 1) -> dict[str, int]:
@@ -403,7 +411,8 @@ def _depends(stack: nn.Module, x: torch.Tensor) -> bool:
 
 
 def path_length(kind: str, n: int, d: int = 4, k: int = 3, r: int = 3, max_layers: int = 64,
-                seed: int = 0, centred: bool = False) -> int:
+                seed: int = 0, centred: bool = False, *,
+                device: str | torch.device | None = None) -> int:
     """Fewest stacked layers of ``kind`` for which output ``n - 1`` depends on input 0.
 
     Dependence is read from the gradient (exactly zero outside the receptive field) of a
@@ -412,6 +421,8 @@ def path_length(kind: str, n: int, d: int = 4, k: int = 3, r: int = 3, max_layer
     almost surely that there is none. ``k`` and ``r`` (at least 2: a window of 1 never
     reaches another position) are the kernel and the window, ``centred`` centres them (see
     :func:`make_stack`). Raises ``RuntimeError`` if ``max_layers`` layers do not suffice.
+    With ``device`` the input and the weights are drawn on the CPU, as without it, and the
+    gradients are computed on ``device``.
     """
     _check_int("n", n, 2)
     _check_int("d", d, 1)
@@ -420,11 +431,15 @@ def path_length(kind: str, n: int, d: int = 4, k: int = 3, r: int = 3, max_layer
     _check_int("max_layers", max_layers, 1)
     _check_int("seed", seed, 0)
     _check_kind(kind, centred, k, r)  # before the search, not in its first stack
+    device = check_device(device)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(1, n, d, generator=gen, dtype=torch.float64)  # (1, n, d)
+    if device is not None:
+        x = x.to(device)
     for n_layers in range(1, max_layers + 1):
         torch.manual_seed(seed)
-        stack = make_stack(kind, n_layers, d, k=k, r=r, centred=centred).double()
+        stack = place(make_stack(kind, n_layers, d, k=k, r=r, centred=centred).double(),
+                      device)
         if _depends(stack, x):
             return n_layers
     raise RuntimeError(f"{kind}: output {n - 1} does not see input 0 after {max_layers} layers")
@@ -511,12 +526,15 @@ class PixelClassifier(nn.Module):
     (``position=False`` removes it: the embedding is zero and frozen).
 
     ``img``: ``(B, 8, 8)`` -> logits ``(B, 10)`` and the attention weights ``(B, 64, 64)``
-    (``None`` for the convolution).
+    (``None`` for the convolution). ``device`` and ``dtype`` (keywords) place the model after
+    its weights are drawn on the CPU (:func:`attention_src.utils.place`).
     """
 
     MIXERS = ("attention", "convolution")
 
-    def __init__(self, mixer: str, d: int = 16, position: bool = True) -> None:
+    def __init__(self, mixer: str, d: int = 16, position: bool = True, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if mixer not in self.MIXERS:
             raise ValueError(f"mixer must be one of {self.MIXERS}, got {mixer!r}")
@@ -534,6 +552,7 @@ class PixelClassifier(nn.Module):
         else:
             self.conv = nn.Conv2d(d, d, 3, padding=1)
         self.out = nn.Linear(d, 10)
+        place(self, device, dtype)
 
     def forward(self, img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if not isinstance(img, torch.Tensor) or img.dim() != 3 or img.shape[1:] != (8, 8):
@@ -556,6 +575,8 @@ def train_pixel_classifier(model: nn.Module, images: torch.Tensor, labels: torch
     generator seeded with ``seed``) from ``train_idx``; returns the loss of every step.
 
     ``images``: ``(N, 8, 8)``; ``labels``: ``(N,)`` integers in 0..9; ``train_idx``: ``(N_train,)``.
+    The batches are drawn on the CPU (the same on every device) and moved to the model's
+    device, so the images may stay on the CPU.
     """
     _check_int("steps", steps, 1)
     _check_int("batch", batch, 1)
@@ -572,10 +593,12 @@ def train_pixel_classifier(model: nn.Module, images: torch.Tensor, labels: torch
         raise ValueError("train_idx must hold at least one image index, got none")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
+    device = module_device(model)
     losses = []
     for _ in range(steps):
-        idx = train_idx[torch.randint(len(train_idx), (batch,), generator=gen)]  # (batch,)
-        loss = F.cross_entropy(model(images[idx])[0], labels[idx])
+        draw = torch.randint(len(train_idx), (batch,), generator=gen)  # (batch,)
+        idx = train_idx[draw.to(train_idx.device)].to(images.device)  # (batch,)
+        loss = F.cross_entropy(model(images[idx].to(device))[0], labels[idx].to(device))
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -34,6 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attention_src.scoring import AdditiveScore, Attention, Score
 from attention_src.softmax import lengths_to_mask
+from attention_src.utils import place
 from attention_src.validation import check_positive_int
 
 __all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq", "build_gru_seq2seq",
@@ -130,7 +131,8 @@ class AttentionDecoder(nn.Module):
 
     ``forward(tgt_in: (B, L_q), annotations: (B, L_k, d_k), summary: (B, d_k), src_len: (B,),
     state=None) -> (logits: (B, L_q, vocab_size), weights: (B, L_q, L_k), state: (B, d_q))``;
-    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``.
+    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``. ``src_len`` may be on the CPU
+    or on the device of ``annotations``.
     """
 
     has_attention = True
@@ -146,7 +148,9 @@ class AttentionDecoder(nn.Module):
 
     def forward(self, tgt_in, annotations, summary, src_len, state=None):
         emb = self.embedding(tgt_in)  # (B, L_t, e)
-        mask = lengths_to_mask(src_len, annotations.shape[1])[:, None, :]  # (B, 1, L_s)
+        # src_len may be on the CPU (where pack_padded_sequence wants it) or on the device
+        mask = lengths_to_mask(src_len.to(annotations.device),
+                               annotations.shape[1])[:, None, :]  # (B, 1, L_s)
         s = torch.tanh(self.init_state(summary)) if state is None else state  # (B, hidden)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
@@ -200,7 +204,8 @@ class Seq2Seq(nn.Module):
 
 def build_gru_seq2seq(
     vocab_size: int, embed_dim: int, hidden_dim: int, attention: bool,
-    decoder_hidden_dim: int | None = None, seed: int = 0, pad_id: int = 0,
+    decoder_hidden_dim: int | None = None, seed: int = 0, pad_id: int = 0, *,
+    device: str | torch.device | None = None,
 ) -> Seq2Seq:
     """A bidirectional-GRU encoder with a decoder that does or does not attend.
 
@@ -219,6 +224,8 @@ def build_gru_seq2seq(
         decoder_hidden_dim: the decoder GRU width ``d_q`` and, with attention, the additive
             score's hidden width ``d_a`` (default ``hidden_dim``).
         seed: ``torch.manual_seed`` before the parameters are created, so a seed fixes them.
+        device: where the model goes, after its weights are drawn on the CPU (the same
+            weights on every device).
 
     Returns:
         an untrained :class:`Seq2Seq`.
@@ -237,14 +244,14 @@ def build_gru_seq2seq(
     else:
         decoder = ContextDecoder(vocab_size, embed_dim, dec_dim, encoder.output_dim,
                                  pad_id=pad_id)
-    return Seq2Seq(encoder, decoder)
+    return place(Seq2Seq(encoder, decoder), device)
 
 
 def build_scored_seq2seq(
     src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, hidden_dim: int,
     make_score: Callable[[], Score], *, bidirectional: bool = True,
     decoder_hidden_dim: int | None = None, seeds: tuple[int, int, int] = (0, 1, 2),
-    pad_id: int = 0,
+    pad_id: int = 0, device: str | torch.device | None = None,
 ) -> Seq2Seq:
     """A GRU encoder and an :class:`AttentionDecoder` that scores with ``make_score()``.
 
@@ -264,6 +271,8 @@ def build_scored_seq2seq(
         bidirectional: whether the encoder reads the source both ways.
         decoder_hidden_dim: decoder GRU width ``d_q`` (default ``encoder.output_dim``).
         seeds: seeds of encoder, score and decoder.
+        device: where the model goes, after its weights are drawn on the CPU (the same
+            weights on every device).
 
     Returns:
         an untrained :class:`Seq2Seq`.
@@ -287,4 +296,4 @@ def build_scored_seq2seq(
     torch.manual_seed(seeds[2])
     decoder = AttentionDecoder(tgt_vocab_size, embed_dim, dec_dim, encoder.output_dim, score,
                                pad_id=pad_id)
-    return Seq2Seq(encoder, decoder)
+    return place(Seq2Seq(encoder, decoder), device)
