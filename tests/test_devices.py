@@ -494,7 +494,8 @@ def test_train_language_model_moves_the_batches_to_the_model(device):
     same(run["losses"].to(device), ref["losses"], device)
     assert [e["device"] for _, e in run["evals"]] == [device] * 3
     for (_, e), (_, e_ref) in zip(run["evals"], ref["evals"], strict=True):
-        assert math.isclose(e["loss"], e_ref["loss"], rel_tol=1e-9)
+        # a sum of 440 float64 logits: abs_tol too, for a sum near 0
+        assert math.isclose(e["loss"], e_ref["loss"], rel_tol=1e-9, abs_tol=1e-9)
 
 
 # ----------------------------------------------------------------------------- graphs
@@ -730,9 +731,11 @@ def test_order_task_on_the_device(device):
                                **TOL[torch.float32])
     tokens, targets = order_task.previous_token_task(6, 5, 7,
                                                      torch.Generator().manual_seed(2))
-    # the accuracy of the device model on CPU batches (it moves them) is the CPU model's
-    assert order_task.order_accuracy(model_d, tokens, targets) == \
-        order_task.order_accuracy(model, tokens, targets)
+    # the accuracy of the device model on CPU batches (it moves them) is the CPU model's; in
+    # float32 on CUDA a near-tie of two logits may flip one of the 24 predictions
+    gap = abs(order_task.order_accuracy(model_d, tokens, targets)
+              - order_task.order_accuracy(model, tokens, targets))
+    assert gap == 0 if device == "cpu" else gap <= 1 / 24 + 1e-12
 
 
 # ----------------------------------------------------------------------------- chapters 1-2
@@ -879,3 +882,55 @@ def test_profiling_timers_wait_for_the_gpu():
     assert cost.wall_ms > 10.0
     assert profiling.median_cost(work, repeats=1, device="cuda").wall_ms > 10.0
     assert profiling.best_ms_interleaved({"work": work}, rounds=1, device="cuda")["work"] > 10.0
+
+
+# ----------------------------------------------------------------------------- meta stand-in
+@pytest.mark.parametrize("make", [
+    lambda: att.SelfAttention(4, 3, 2, device="meta"),
+    lambda: att.MultiHeadAttention(4, 2, device="meta"),
+    lambda: att.PerHeadMultiHeadAttention(4, 2, device="meta"),
+    lambda: att.EncoderBlock(4, 2, 8, device="meta"),
+    lambda: att.DecoderBlock(4, 2, 8, device="meta"),
+    lambda: att.GraphAttention(3, 2, heads=2, device="meta"),
+    lambda: att.GraphAttentionV2(3, 2, device="meta"),
+    lambda: att.AdditiveScore(2, 3, 4, device="meta"),
+    lambda: att.BilinearScore(2, 3, device="meta"),
+    lambda: head_metrics.OffsetReader(5, 4, 4, 2, device="meta"),
+    lambda: order_task.OrderSelfAttention(5, 4, "sinusoidal", device="meta"),
+    lambda: language_model.AttentionOnlyTransformer(5, 4, 2, 1, 6, device="meta"),
+    lambda: graph_tasks.MeanAggregation(3, 2, device="meta"),
+    lambda: graph_tasks.NodeClassifier("gat", 3, 2, device="meta"),
+    lambda: graph_tasks.LookupModel("gatv2", 2, device="meta"),
+    lambda: compare.PixelClassifier("convolution", d=2, device="meta"),
+    lambda: compare.make_stack("recurrent", 2, 3, device="meta"),
+    lambda: seq2seq.build_gru_seq2seq(5, 3, 4, attention=True, device="meta"),
+    lambda: seq2seq.build_scored_seq2seq(5, 6, 3, 4, lambda: att.BilinearScore(8, 8),
+                                         device="meta"),
+], ids=["SelfAttention", "MultiHeadAttention", "PerHeadMultiHeadAttention", "EncoderBlock",
+        "DecoderBlock", "GraphAttention", "GraphAttentionV2", "AdditiveScore", "BilinearScore",
+        "OffsetReader", "OrderSelfAttention", "AttentionOnlyTransformer", "MeanAggregation",
+        "NodeClassifier", "LookupModel", "PixelClassifier", "make_stack", "build_gru_seq2seq",
+        "build_scored_seq2seq"])
+def test_modules_are_placed_on_the_device_they_are_given(make):
+    """On a CPU-only machine ``meta`` stands in for the GPU: every parameter and buffer of a
+    module built with ``device=`` is there."""
+    module = make()
+    tensors = [*module.parameters(), *module.buffers()]
+    assert tensors and all(t.device.type == "meta" for t in tensors)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: att.sinusoidal_positional_encoding(3, 4, device="meta"),
+    lambda: data.repeated_segments(2, device="meta").tokens,
+    lambda: data.offset_copy_task(2, device="meta")[1],
+    lambda: data.noisy_curve(3, device="meta")[1],
+    lambda: data.running_example(device="meta").embeddings,
+    lambda: order_task.previous_token_task(2, 3, 4, device="meta")[0],
+    lambda: graph_tasks.lookup_batch(2, 1, torch.Generator(), device="meta").x,
+    lambda: graph_tasks.karate_club(device="meta").edge_index,
+    lambda: windowed.band_to_dense(torch.empty(3, 1, device="meta"), 1),
+], ids=["sinusoidal", "repeated_segments", "offset_copy_task", "noisy_curve",
+        "running_example", "previous_token_task", "lookup_batch", "karate_club",
+        "band_to_dense"])
+def test_tensors_are_made_on_the_device_they_are_given_or_follow(make):
+    assert make().device.type == "meta"
