@@ -595,8 +595,8 @@ def test_best_ms_interleaved_takes_each_call_s_fastest_round_in_turns(monkeypatc
     order = []
     times = {"a": iter([5.0, 3.0, 4.0, 9.0, 8.0, 1.0]), "b": iter([2.0, 7.0, 6.0, 6.0, 1.5, 6.0])}
 
-    def fake_best_ms(fn, repeats=3):
-        assert repeats == 1
+    def fake_best_ms(fn, repeats=3, *, device=None):
+        assert repeats == 1 and device is None  # the device given to best_ms_interleaved
         key = fn()
         order.append(key)
         return next(times[key])
