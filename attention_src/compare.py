@@ -42,6 +42,10 @@ layer), which counts the products as the code orders them;
 For note 004 (section 6), :class:`PixelClassifier` classifies 8x8 images with the pixels as
 tokens and one mixing layer (self-attention or a 3x3 convolution), both given the same learned
 position embedding; :func:`train_pixel_classifier` trains it with Adam.
+
+Every layer and model here takes ``device=`` and ``dtype=`` keywords: its weights are drawn on
+the CPU as without them and then moved (:func:`attention_src.utils.place`), so a seed gives the
+same weights on every device.
 """
 
 from __future__ import annotations
@@ -110,13 +114,16 @@ class SelfAttentionLayer(nn.Module):
     #: submodules that act on each position alone (see :func:`measured_flops`)
     POSITION_WISE = ("q_proj", "k_proj", "v_proj")
 
-    def __init__(self, d: int) -> None:
+    def __init__(self, d: int, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         self.d = d
         self.q_proj = nn.Linear(d, d, bias=False)
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
+        place(self, device, dtype)
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """The attention weights ``A``: ``(B, n, d)`` -> ``(B, n, n)``."""
@@ -141,7 +148,9 @@ class RestrictedSelfAttentionLayer(nn.Module):
 
     POSITION_WISE = ("q_proj", "k_proj", "v_proj")
 
-    def __init__(self, d: int, r: int, centred: bool = False) -> None:
+    def __init__(self, d: int, r: int, centred: bool = False, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         _check_int("r", r, 1)
@@ -153,6 +162,7 @@ class RestrictedSelfAttentionLayer(nn.Module):
         self.q_proj = nn.Linear(d, d, bias=False)
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
+        place(self, device, dtype)
 
     def _windows(self, y: torch.Tensor) -> torch.Tensor:
         """``(B, n, d)`` -> ``(B, n, d, r)``: the ``r`` window rows of each position."""
@@ -193,7 +203,9 @@ class RecurrentLayer(nn.Module):
     #: the input product ``x_t W_x``; the hidden product ``h_{t-1} W_h`` mixes positions
     POSITION_WISE = ("x_proj",)
 
-    def __init__(self, d: int, gain: float = 0.9) -> None:
+    def __init__(self, d: int, gain: float = 0.9, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         if isinstance(gain, bool) or not isinstance(gain, (int, float)):
@@ -206,6 +218,7 @@ class RecurrentLayer(nn.Module):
         with torch.no_grad():
             w = self.h_proj.weight
             w.mul_(gain / torch.linalg.matrix_norm(w, ord=2))
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d)
@@ -238,7 +251,9 @@ class LSTMLayer(nn.Module):
     #: the input products ``x_t W_x`` of the four gates; ``h_{t-1} W_h`` mixes positions
     POSITION_WISE = ("x_proj",)
 
-    def __init__(self, d: int, forget_bias: float = 0.0) -> None:
+    def __init__(self, d: int, forget_bias: float = 0.0, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         if isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float)):
@@ -253,6 +268,7 @@ class LSTMLayer(nn.Module):
             for p in self.parameters():
                 p.uniform_(-bound, bound)
             self.x_proj.bias[d:2 * d] = forget_bias  # rows d .. 2d - 1: the forget gate
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d)
@@ -281,7 +297,9 @@ class ConvLayer(nn.Module):
     #: none: the convolution is one product over all ``k`` taps, the position's own included
     POSITION_WISE = ()
 
-    def __init__(self, d: int, k: int, dilation: int = 1, centred: bool = False) -> None:
+    def __init__(self, d: int, k: int, dilation: int = 1, centred: bool = False, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         _check_int("k", k, 1)
@@ -291,6 +309,7 @@ class ConvLayer(nn.Module):
         span = (k - 1) * dilation  # padding in all
         self.padding = (span // 2, span // 2) if centred else (span, 0)  # (before, after)
         self.conv = nn.Conv1d(d, d, k, dilation=dilation)
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d)

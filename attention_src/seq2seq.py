@@ -22,6 +22,11 @@ that output step ``i`` gives source position ``j``, and ``s_ij`` its score.
 * :func:`build_scored_seq2seq` builds chapter 2's bake-off models: an attention decoder with
   any scoring function, every part from its own seed, so that models differing only in the
   score start from the same encoder and decoder weights.
+
+Every module and builder here takes a ``device=`` keyword (the modules ``dtype=`` too): the
+weights are drawn on the CPU as without it and then moved (:func:`attention_src.utils.place`),
+so a seed gives the same weights on every device. Inputs go on the model's device (``src_len``
+may stay on the CPU).
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ class GRUEncoder(nn.Module):
     """
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int,
-                 bidirectional: bool = True, pad_id: int = 0):
+                 bidirectional: bool = True, pad_id: int = 0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         for name, v in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
                         ("hidden_dim", hidden_dim)):
@@ -68,6 +74,7 @@ class GRUEncoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
         self.output_dim = hidden_dim * (2 if bidirectional else 1)
+        place(self, device, dtype)
 
     def forward(self, src: torch.Tensor, src_len: torch.Tensor):
         _check_ids("src", src, 2)
@@ -99,12 +106,14 @@ class ContextDecoder(nn.Module):
     has_attention = False
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, context_dim: int,
-                 pad_id: int = 0):
+                 pad_id: int = 0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.init_state = nn.Linear(context_dim, hidden_dim)
         self.rnn = nn.GRU(embed_dim + context_dim, hidden_dim, batch_first=True)
         self.output = nn.Linear(hidden_dim + context_dim + embed_dim, vocab_size)
+        place(self, device, dtype)
 
     def forward(self, tgt_in, annotations, summary, src_len, state=None):
         emb = self.embedding(tgt_in)  # (B, L_t, e)
@@ -138,13 +147,15 @@ class AttentionDecoder(nn.Module):
     has_attention = True
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, context_dim: int,
-                 score: Score, pad_id: int = 0):
+                 score: Score, pad_id: int = 0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.init_state = nn.Linear(context_dim, hidden_dim)
         self.attention = Attention(score)
         self.cell = nn.GRUCell(embed_dim + context_dim, hidden_dim)
         self.output = nn.Linear(hidden_dim + context_dim + embed_dim, vocab_size)
+        place(self, device, dtype)
 
     def forward(self, tgt_in, annotations, summary, src_len, state=None):
         emb = self.embedding(tgt_in)  # (B, L_t, e)
@@ -171,9 +182,11 @@ class Seq2Seq(nn.Module):
     ``L_q`` output steps, ``weights[b, i, j] = alpha_ij``.
     """
 
-    def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder):
+    def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
+        place(self, device, dtype)
 
     def forward(self, src, src_len, tgt_in):
         _check_ids("tgt_in", tgt_in, 2)

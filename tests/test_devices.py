@@ -934,3 +934,40 @@ def test_modules_are_placed_on_the_device_they_are_given(make):
         "band_to_dense"])
 def test_tensors_are_made_on_the_device_they_are_given_or_follow(make):
     assert make().device.type == "meta"
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: compare.SelfAttentionLayer(3, **kw),
+    lambda **kw: compare.RestrictedSelfAttentionLayer(3, 2, **kw),
+    lambda **kw: compare.RecurrentLayer(3, **kw),
+    lambda **kw: compare.LSTMLayer(3, forget_bias=1.0, **kw),
+    lambda **kw: compare.ConvLayer(3, 2, centred=False, **kw),
+], ids=["SelfAttentionLayer", "RestrictedSelfAttentionLayer", "RecurrentLayer", "LSTMLayer",
+        "ConvLayer"])
+def test_compare_layers_on_the_device(device, make):
+    ref = seeded(0, lambda: make(dtype=torch.float64))
+    moved = seeded(0, lambda: make(device=device, dtype=torch.float64))
+    for p_ref, p_moved in zip(ref.parameters(), moved.parameters(), strict=True):
+        equal(p_moved.detach(), p_ref.detach(), device)
+    x = randn(0, 2, 5, 3)
+    same(moved(x.to(device)).detach(), ref(x).detach(), device)
+
+
+def test_seq2seq_modules_on_the_device(device):
+    def build(**kw):
+        torch.manual_seed(0)
+        encoder = seq2seq.GRUEncoder(6, 3, 4, **kw)
+        decoder = seq2seq.AttentionDecoder(6, 3, 5, encoder.output_dim,
+                                           att.AdditiveScore(5, 8, 4, **kw), **kw)
+        context = seq2seq.ContextDecoder(6, 3, 5, encoder.output_dim, **kw)
+        return seq2seq.Seq2Seq(encoder, decoder, **kw), seq2seq.Seq2Seq(encoder, context, **kw)
+
+    refs, moved = build(dtype=torch.float64), build(device=device, dtype=torch.float64)
+    src, src_len = torch.tensor([[3, 4, 5], [5, 3, 0]]), torch.tensor([3, 2])
+    tgt_in = torch.tensor([[1, 3, 4], [1, 5, 0]])
+    for ref, model in zip(refs, moved, strict=True):
+        logits, weights = ref(src, src_len, tgt_in)
+        logits_d, weights_d = model(src.to(device), src_len, tgt_in.to(device))
+        same(logits_d.detach(), logits.detach(), device)
+        if weights is not None:
+            same(weights_d.detach(), weights.detach(), device)
