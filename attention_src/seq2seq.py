@@ -140,8 +140,8 @@ class AttentionDecoder(nn.Module):
 
     ``forward(tgt_in: (B, L_q), annotations: (B, L_k, d_k), summary: (B, d_k), src_len: (B,),
     state=None) -> (logits: (B, L_q, vocab_size), weights: (B, L_q, L_k), state: (B, d_q))``;
-    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``. ``src_len`` may be on the CPU
-    or on the device of ``annotations``.
+    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``. ``src_len`` must be on the
+    device of ``annotations`` (:class:`Seq2Seq` moves it there).
     """
 
     has_attention = True
@@ -159,9 +159,7 @@ class AttentionDecoder(nn.Module):
 
     def forward(self, tgt_in, annotations, summary, src_len, state=None):
         emb = self.embedding(tgt_in)  # (B, L_t, e)
-        # src_len may be on the CPU (where pack_padded_sequence wants it) or on the device
-        mask = lengths_to_mask(src_len.to(annotations.device),
-                               annotations.shape[1])[:, None, :]  # (B, 1, L_s)
+        mask = lengths_to_mask(src_len, annotations.shape[1])[:, None, :]  # (B, 1, L_s)
         s = torch.tanh(self.init_state(summary)) if state is None else state  # (B, hidden)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
@@ -179,7 +177,8 @@ class Seq2Seq(nn.Module):
 
     ``forward(src: (B, L_k), src_len: (B,), tgt_in: (B, L_q)) -> (logits: (B, L_q,
     vocab_size), weights: (B, L_q, L_k) or None)``, teacher-forced: ``L_k`` source positions,
-    ``L_q`` output steps, ``weights[b, i, j] = alpha_ij``.
+    ``L_q`` output steps, ``weights[b, i, j] = alpha_ij``. ``src_len`` may be on the CPU (as
+    ``pack_padded_sequence`` wants it) or on the model's device.
     """
 
     def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder, *,
@@ -191,6 +190,7 @@ class Seq2Seq(nn.Module):
     def forward(self, src, src_len, tgt_in):
         _check_ids("tgt_in", tgt_in, 2)
         annotations, summary = self.encoder(src, src_len)
+        src_len = src_len.to(annotations.device)  # it may be on the CPU, as packing wants it
         logits, weights, _ = self.decoder(tgt_in, annotations, summary, src_len)
         return logits, weights
 
@@ -203,6 +203,7 @@ class Seq2Seq(nn.Module):
         with torch.no_grad():
             check_positive_int("steps", steps)
             annotations, summary = self.encoder(src, src_len)
+            src_len = src_len.to(annotations.device)  # it may be on the CPU, as packing wants
             y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
             state, tokens, weights = None, [], []
             for _ in range(steps):
