@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_src.softmax import masked_softmax
-from attention_src.validation import check_same_dtype, check_tensor
+from attention_src.validation import check_same_device, check_same_dtype, check_tensor
 
 __all__ = ["scaled_dot_product_attention", "attention_from_scores", "check_qkv"]
 
@@ -23,14 +23,15 @@ __all__ = ["scaled_dot_product_attention", "attention_from_scores", "check_qkv"]
 def check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
     """Validate the shapes of an attention call's query, key and value.
 
-    Requires floating tensors of one dtype with rank >= 2, equal leading (batch) dimensions,
-    query and key feature sizes equal (they are compared by a dot product), and as many values
-    as keys (each value belongs to one key).
+    Requires floating tensors of one dtype and one device with rank >= 2, equal leading
+    (batch) dimensions, query and key feature sizes equal (they are compared by a dot
+    product), and as many values as keys (each value belongs to one key).
     """
     check_tensor("query", query)
     check_tensor("key", key)
     check_tensor("value", value)
     check_same_dtype(query=query, key=key, value=value)
+    check_same_device(query=query, key=key, value=value)
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query and key must have the same feature size d_k: query {tuple(query.shape)} has "
@@ -74,6 +75,7 @@ def attention_from_scores(
     check_tensor("scores", scores)
     check_tensor("value", value)
     check_same_dtype(scores=scores, value=value)
+    check_same_device(scores=scores, value=value)
     if scores.shape[:-2] != value.shape[:-2]:
         raise ValueError(
             f"scores {tuple(scores.shape)} and value {tuple(value.shape)} must share their "

@@ -42,6 +42,10 @@ layer), which counts the products as the code orders them;
 For note 004 (section 6), :class:`PixelClassifier` classifies 8x8 images with the pixels as
 tokens and one mixing layer (self-attention or a 3x3 convolution), both given the same learned
 position embedding; :func:`train_pixel_classifier` trains it with Adam.
+
+Every layer and model here takes ``device=`` and ``dtype=`` keywords: its weights are drawn on
+the CPU as without them and then moved (:func:`attention_src.utils.place`), so a seed gives the
+same weights on every device.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
+
+from attention_src.utils import module_device, place
+from attention_src.validation import check_device
 
 __all__ = [
     "SelfAttentionLayer",
@@ -107,13 +114,16 @@ class SelfAttentionLayer(nn.Module):
     #: submodules that act on each position alone (see :func:`measured_flops`)
     POSITION_WISE = ("q_proj", "k_proj", "v_proj")
 
-    def __init__(self, d: int) -> None:
+    def __init__(self, d: int, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         self.d = d
         self.q_proj = nn.Linear(d, d, bias=False)
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
+        place(self, device, dtype)
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """The attention weights ``A``: ``(B, n, d)`` -> ``(B, n, n)``."""
@@ -138,7 +148,9 @@ class RestrictedSelfAttentionLayer(nn.Module):
 
     POSITION_WISE = ("q_proj", "k_proj", "v_proj")
 
-    def __init__(self, d: int, r: int, centred: bool = False) -> None:
+    def __init__(self, d: int, r: int, centred: bool = False, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         _check_int("r", r, 1)
@@ -150,6 +162,7 @@ class RestrictedSelfAttentionLayer(nn.Module):
         self.q_proj = nn.Linear(d, d, bias=False)
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
+        place(self, device, dtype)
 
     def _windows(self, y: torch.Tensor) -> torch.Tensor:
         """``(B, n, d)`` -> ``(B, n, d, r)``: the ``r`` window rows of each position."""
@@ -190,7 +203,9 @@ class RecurrentLayer(nn.Module):
     #: the input product ``x_t W_x``; the hidden product ``h_{t-1} W_h`` mixes positions
     POSITION_WISE = ("x_proj",)
 
-    def __init__(self, d: int, gain: float = 0.9) -> None:
+    def __init__(self, d: int, gain: float = 0.9, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         if isinstance(gain, bool) or not isinstance(gain, (int, float)):
@@ -203,6 +218,7 @@ class RecurrentLayer(nn.Module):
         with torch.no_grad():
             w = self.h_proj.weight
             w.mul_(gain / torch.linalg.matrix_norm(w, ord=2))
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d)
@@ -235,7 +251,9 @@ class LSTMLayer(nn.Module):
     #: the input products ``x_t W_x`` of the four gates; ``h_{t-1} W_h`` mixes positions
     POSITION_WISE = ("x_proj",)
 
-    def __init__(self, d: int, forget_bias: float = 0.0) -> None:
+    def __init__(self, d: int, forget_bias: float = 0.0, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         if isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float)):
@@ -250,6 +268,7 @@ class LSTMLayer(nn.Module):
             for p in self.parameters():
                 p.uniform_(-bound, bound)
             self.x_proj.bias[d:2 * d] = forget_bias  # rows d .. 2d - 1: the forget gate
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d)
@@ -278,7 +297,9 @@ class ConvLayer(nn.Module):
     #: none: the convolution is one product over all ``k`` taps, the position's own included
     POSITION_WISE = ()
 
-    def __init__(self, d: int, k: int, dilation: int = 1, centred: bool = False) -> None:
+    def __init__(self, d: int, k: int, dilation: int = 1, centred: bool = False, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_int("d", d, 1)
         _check_int("k", k, 1)
@@ -288,6 +309,7 @@ class ConvLayer(nn.Module):
         span = (k - 1) * dilation  # padding in all
         self.padding = (span // 2, span // 2) if centred else (span, 0)  # (before, after)
         self.conv = nn.Conv1d(d, d, k, dilation=dilation)
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d)
@@ -318,13 +340,16 @@ def _check_kind(kind: object, centred: object, k: int, r: int) -> None:
 
 
 def make_stack(kind: str, n_layers: int, d: int, k: int = 3, r: int = 3,
-               centred: bool = False) -> nn.Sequential:
+               centred: bool = False, *, device: str | torch.device | None = None,
+               dtype: torch.dtype | None = None) -> nn.Sequential:
     """``n_layers`` layers of one kind, ``(B, n, d)`` -> ``(B, n, d)``.
 
     ``kind`` is one of :data:`KINDS`. The dilated stack uses dilation ``k**l`` in layer
     ``l = 0, 1, ...`` (WaveNet's scheme), so its receptive field is ``k**n_layers``.
     ``centred=True`` centres the windows of the kinds in :data:`WINDOWED` (``k`` or ``r``
     odd); self-attention has no window and the recurrent layer only one direction.
+    ``device`` and ``dtype`` place the stack after its weights are drawn on the CPU
+    (:func:`attention_src.utils.place`): the same weights on every device.
     """
     _check_int("n_layers", n_layers, 1)
     makers: dict[str, Callable[[int], nn.Module]] = {
@@ -336,7 +361,9 @@ def make_stack(kind: str, n_layers: int, d: int, k: int = 3, r: int = 3,
         "restricted": lambda layer: RestrictedSelfAttentionLayer(d, r, centred=centred),
     }
     _check_kind(kind, centred, k, r)
-    return nn.Sequential(*(makers[kind](layer) for layer in range(n_layers)))
+    device = check_device(device)
+    stack = nn.Sequential(*(makers[kind](layer) for layer in range(n_layers)))
+    return place(stack, device, dtype)
 
 
 def analytic_flops(layer: nn.Module, n: int, batch: int = 1) -> dict[str, int]:
@@ -403,7 +430,8 @@ def _depends(stack: nn.Module, x: torch.Tensor) -> bool:
 
 
 def path_length(kind: str, n: int, d: int = 4, k: int = 3, r: int = 3, max_layers: int = 64,
-                seed: int = 0, centred: bool = False) -> int:
+                seed: int = 0, centred: bool = False, *,
+                device: str | torch.device | None = None) -> int:
     """Fewest stacked layers of ``kind`` for which output ``n - 1`` depends on input 0.
 
     Dependence is read from the gradient (exactly zero outside the receptive field) of a
@@ -412,6 +440,8 @@ def path_length(kind: str, n: int, d: int = 4, k: int = 3, r: int = 3, max_layer
     almost surely that there is none. ``k`` and ``r`` (at least 2: a window of 1 never
     reaches another position) are the kernel and the window, ``centred`` centres them (see
     :func:`make_stack`). Raises ``RuntimeError`` if ``max_layers`` layers do not suffice.
+    With ``device`` the input and the weights are drawn on the CPU, as without it, and the
+    gradients are computed on ``device``.
     """
     _check_int("n", n, 2)
     _check_int("d", d, 1)
@@ -420,11 +450,15 @@ def path_length(kind: str, n: int, d: int = 4, k: int = 3, r: int = 3, max_layer
     _check_int("max_layers", max_layers, 1)
     _check_int("seed", seed, 0)
     _check_kind(kind, centred, k, r)  # before the search, not in its first stack
+    device = check_device(device)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(1, n, d, generator=gen, dtype=torch.float64)  # (1, n, d)
+    if device is not None:
+        x = x.to(device)
     for n_layers in range(1, max_layers + 1):
         torch.manual_seed(seed)
-        stack = make_stack(kind, n_layers, d, k=k, r=r, centred=centred).double()
+        stack = place(make_stack(kind, n_layers, d, k=k, r=r, centred=centred).double(),
+                      device)
         if _depends(stack, x):
             return n_layers
     raise RuntimeError(f"{kind}: output {n - 1} does not see input 0 after {max_layers} layers")
@@ -511,12 +545,15 @@ class PixelClassifier(nn.Module):
     (``position=False`` removes it: the embedding is zero and frozen).
 
     ``img``: ``(B, 8, 8)`` -> logits ``(B, 10)`` and the attention weights ``(B, 64, 64)``
-    (``None`` for the convolution).
+    (``None`` for the convolution). ``device`` and ``dtype`` (keywords) place the model after
+    its weights are drawn on the CPU (:func:`attention_src.utils.place`).
     """
 
     MIXERS = ("attention", "convolution")
 
-    def __init__(self, mixer: str, d: int = 16, position: bool = True) -> None:
+    def __init__(self, mixer: str, d: int = 16, position: bool = True, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if mixer not in self.MIXERS:
             raise ValueError(f"mixer must be one of {self.MIXERS}, got {mixer!r}")
@@ -534,6 +571,7 @@ class PixelClassifier(nn.Module):
         else:
             self.conv = nn.Conv2d(d, d, 3, padding=1)
         self.out = nn.Linear(d, 10)
+        place(self, device, dtype)
 
     def forward(self, img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if not isinstance(img, torch.Tensor) or img.dim() != 3 or img.shape[1:] != (8, 8):
@@ -556,6 +594,8 @@ def train_pixel_classifier(model: nn.Module, images: torch.Tensor, labels: torch
     generator seeded with ``seed``) from ``train_idx``; returns the loss of every step.
 
     ``images``: ``(N, 8, 8)``; ``labels``: ``(N,)`` integers in 0..9; ``train_idx``: ``(N_train,)``.
+    The batches are drawn on the CPU (the same on every device) and moved to the model's
+    device, so the images may stay on the CPU.
     """
     _check_int("steps", steps, 1)
     _check_int("batch", batch, 1)
@@ -572,10 +612,12 @@ def train_pixel_classifier(model: nn.Module, images: torch.Tensor, labels: torch
         raise ValueError("train_idx must hold at least one image index, got none")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
+    device = module_device(model)
     losses = []
     for _ in range(steps):
-        idx = train_idx[torch.randint(len(train_idx), (batch,), generator=gen)]  # (batch,)
-        loss = F.cross_entropy(model(images[idx])[0], labels[idx])
+        draw = torch.randint(len(train_idx), (batch,), generator=gen)  # (batch,)
+        idx = train_idx[draw.to(train_idx.device)].to(images.device)  # (batch,)
+        loss = F.cross_entropy(model(images[idx].to(device))[0], labels[idx].to(device))
         opt.zero_grad()
         loss.backward()
         opt.step()

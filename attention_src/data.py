@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from babel.dates import format_date
 
-from attention_src.validation import check_positive_int
+from attention_src.validation import check_device, check_positive_int
 
 __all__ = [
     "Vocab",
@@ -109,11 +109,24 @@ class SequencePairs:
         return SequencePairs(self.src[index], self.src_len[index], self.tgt_in[index],
                              self.tgt_out[index])
 
+    def to(self, device: str | torch.device) -> SequencePairs:
+        """The same pairs with every tensor on ``device`` (``self`` if they are there)."""
+        device = check_device(device)
+        if device is None:
+            raise TypeError("device must be a str or a torch.device, got NoneType")
+        return SequencePairs(self.src.to(device), self.src_len.to(device),
+                             self.tgt_in.to(device), self.tgt_out.to(device))
+
 
 def encode_pairs(
-    pairs: Sequence[tuple[Sequence[str], Sequence[str]]], src_vocab: Vocab, tgt_vocab: Vocab
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]], src_vocab: Vocab, tgt_vocab: Vocab,
+    *, device: str | torch.device | None = None,
 ) -> SequencePairs:
-    """Encode and pad (source symbols, target symbols) pairs; see :class:`SequencePairs`."""
+    """Encode and pad (source symbols, target symbols) pairs; see :class:`SequencePairs`.
+
+    The tensors are built on the CPU and moved to ``device`` when one is given.
+    """
+    device = check_device(device)
     if not pairs:
         raise ValueError("pairs is empty")
     n = len(pairs)
@@ -129,7 +142,8 @@ def encode_pairs(
         ids = tgt_vocab.encode(t)
         tgt_in[i, : len(ids) + 1] = torch.tensor([tgt_vocab.bos_id] + ids)
         tgt_out[i, : len(ids) + 1] = torch.tensor(ids + [tgt_vocab.eos_id])
-    return SequencePairs(src, src_len, tgt_in, tgt_out)
+    pairs_out = SequencePairs(src, src_len, tgt_in, tgt_out)
+    return pairs_out if device is None else pairs_out.to(device)
 
 
 def reverse_task(
@@ -231,13 +245,14 @@ class DateTask:
 
 def date_translation_task(
     n_train: int = 4000, n_test: int = 500, train_seed: int = 1, test_seed: int = 2,
-    draw: int = 600,
+    draw: int = 600, *, device: str | torch.device | None = None,
 ) -> DateTask:
     """The training and held-out dates of chapter 2 (its defaults are the chapter's).
 
     ``n_train`` pairs from :func:`date_pairs` with ``train_seed``; then ``draw`` pairs with
     ``test_seed``, of which those whose source is not a training source are kept, the first
-    ``n_test`` of them.
+    ``n_test`` of them. The encoded sets are on ``device`` (default: the CPU), the same
+    numbers on every device.
 
     Raises:
         ValueError: a count is not positive, or fewer than ``n_test`` of the ``draw`` held-out
@@ -245,6 +260,7 @@ def date_translation_task(
     """
     for name, value in (("n_train", n_train), ("n_test", n_test), ("draw", draw)):
         check_positive_int(name, value)
+    device = check_device(device)
     train_pairs = date_pairs(n_train, seed=train_seed)
     seen = {source for source, _ in train_pairs}
     fresh = [pair for pair in date_pairs(draw, seed=test_seed) if pair[0] not in seen]
@@ -255,8 +271,8 @@ def date_translation_task(
     src_vocab = Vocab(ch for source, _ in train_pairs for ch in source)
     tgt_vocab = Vocab("0123456789-")
     return DateTask(train_pairs, test_pairs, src_vocab, tgt_vocab,
-                    encode_pairs(train_pairs, src_vocab, tgt_vocab),
-                    encode_pairs(test_pairs, src_vocab, tgt_vocab))
+                    encode_pairs(train_pairs, src_vocab, tgt_vocab, device=device),
+                    encode_pairs(test_pairs, src_vocab, tgt_vocab, device=device))
 
 
 def curve_target(x: torch.Tensor) -> torch.Tensor:
@@ -266,17 +282,21 @@ def curve_target(x: torch.Tensor) -> torch.Tensor:
 
 def noisy_curve(
     n: int, noise: float = 0.4, x_max: float = 5.0, seed: int = 0,
-    dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype = torch.float64, *, device: str | torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Noisy samples ``y = f(x) + eps`` of :func:`curve_target` at random, sorted ``x``.
 
     ``x`` is uniform on ``[0, x_max]`` and ``eps`` is Gaussian with standard deviation
     ``noise``; both come from ``np.random.default_rng(seed)``, so a seed fixes the data.
 
+    Computed on the CPU and moved to ``device`` when one is given: the same numbers on every
+    device.
+
     Returns:
         ``x``: ``(n,)`` in increasing order; ``y``: ``(n,)``; both of ``dtype``.
     """
     check_positive_int("n", n)
+    device = check_device(device)
     if not (np.isfinite(noise) and noise >= 0):
         raise ValueError(f"noise must be a finite number >= 0, got {noise}")
     if not (np.isfinite(x_max) and x_max > 0):
@@ -284,7 +304,10 @@ def noisy_curve(
     rng = np.random.default_rng(seed)
     x = torch.from_numpy(np.sort(rng.uniform(0.0, x_max, size=n))).to(dtype)
     eps = torch.from_numpy(rng.normal(0.0, noise, size=n)).to(dtype)
-    return x, curve_target(x) + eps
+    y = curve_target(x) + eps
+    if device is not None:
+        x, y = x.to(device), y.to(device)
+    return x, y
 
 
 @dataclass(frozen=True)
@@ -313,7 +336,7 @@ _RUNNING_ROWS = {
 }
 
 
-def running_example() -> RunningExample:
+def running_example(*, device: str | torch.device | None = None) -> RunningExample:
     """The running example of chapters 4-6: "Jane visite l'Afrique en septembre".
 
     Note 003 of the source notes walks self-attention through this French sentence ("Jane
@@ -323,10 +346,13 @@ def running_example() -> RunningExample:
     ``d = 6`` splits into ``h = 2`` or ``h = 3`` heads.
 
     Returns:
-        a :class:`RunningExample` with ``L = 5`` tokens and ``embeddings`` of shape ``(5, 6)``.
+        a :class:`RunningExample` with ``L = 5`` tokens and ``embeddings`` of shape ``(5, 6)``,
+        on ``device`` (default PyTorch's default device, the CPU unless changed).
     """
+    device = check_device(device)
     tokens = tuple(_RUNNING_ROWS)
-    embeddings = torch.tensor([_RUNNING_ROWS[t] for t in tokens], dtype=torch.float64)
+    embeddings = torch.tensor([_RUNNING_ROWS[t] for t in tokens], dtype=torch.float64,
+                              device=device)
     return RunningExample(tokens, _RUNNING_FEATURES, embeddings)
 
 
@@ -351,7 +377,8 @@ class RepeatedSegments:
 
 
 def repeated_segments(
-    n: int, length: int = 32, vocab_size: int = 32, segment_len: int = 8, seed: int = 0
+    n: int, length: int = 32, vocab_size: int = 32, segment_len: int = 8, seed: int = 0, *,
+    device: str | torch.device | None = None,
 ) -> RepeatedSegments:
     """Sequences of uniform random tokens in which a segment repeats at a varying offset.
 
@@ -369,11 +396,14 @@ def repeated_segments(
         vocab_size: number of token ids, at least 2.
         segment_len: length ``s`` of the repeated segment, at least 2.
         seed: seed of the ``torch.Generator`` that draws everything.
+        device: where the tensors go; they are drawn on the CPU with the CPU generator and
+            then moved, so a seed gives the same data on every device.
 
     Returns:
         a :class:`RepeatedSegments` with ``tokens`` and ``repeated`` of shape ``(n, length)``.
     """
     check_positive_int("n", n)
+    device = check_device(device)
     check_positive_int("length", length)
     check_positive_int("vocab_size", vocab_size)
     check_positive_int("segment_len", segment_len)
@@ -398,6 +428,9 @@ def repeated_segments(
     tokens[rows, dst] = tokens[rows, src]
     repeated = torch.zeros(n, length, dtype=torch.bool)
     repeated[rows, dst[:, 1:]] = True  # (N, s - 1): the predictable tokens
+    if device is not None:
+        tokens, repeated = tokens.to(device), repeated.to(device)
+        first, second = first.to(device), second.to(device)
     return RepeatedSegments(tokens, repeated, first, second)
 
 
@@ -407,7 +440,7 @@ IGNORE_INDEX = -100
 
 def offset_copy_task(
     n: int, length: int = 12, vocab_size: int = 16, offsets: Sequence[int] = (-1, 2),
-    seed: int | torch.Generator = 0,
+    seed: int | torch.Generator = 0, *, device: str | torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random tokens and, for each offset ``o``, the token ``o`` places away (chapter 5).
 
@@ -423,12 +456,16 @@ def offset_copy_task(
         length: sequence length ``L``.
         vocab_size: tokens are uniform in ``[0, vocab_size)``.
         offsets: distinct non-zero relative offsets, each with ``|o| < length``.
-        seed: an ``int`` seed, or a ``torch.Generator`` to draw from (for a stream of batches).
+        seed: an ``int`` seed, or a CPU ``torch.Generator`` to draw from (for a stream of
+            batches).
+        device: where the tensors go; drawn on the CPU and then moved, so a seed gives the
+            same data on every device.
 
     Returns:
         tokens: ``(n, L)`` int64; targets: ``(n, len(offsets), L)`` int64.
     """
     check_positive_int("n", n)
+    device = check_device(device)
     check_positive_int("length", length)
     check_positive_int("vocab_size", vocab_size)
     offsets = tuple(offsets)
@@ -449,4 +486,6 @@ def offset_copy_task(
         source = positions + int(o)  # (L,) position read by each output position
         valid = (source >= 0) & (source < length)
         targets[:, k, valid] = tokens[:, source[valid]]  # (n, #valid)
+    if device is not None:
+        tokens, targets = tokens.to(device), targets.to(device)
     return tokens, targets

@@ -74,10 +74,10 @@ def field_attention_mass(
         output_steps: for each field, the output steps that write it.
 
     Returns:
-        ``(mass, chance)``: ``mass[field]`` is a ``(B,)`` tensor, the weight the field's output
-        steps put on the field's source positions (summed over positions, averaged over the
-        steps); ``chance[field]`` is the mean over sources of the share a uniform weighting
-        would give, ``len(positions) / len(source)``.
+        ``(mass, chance)``: ``mass[field]`` is a ``(B,)`` tensor on the device of ``weights``,
+        the weight the field's output steps put on the field's source positions (summed over
+        positions, averaged over the steps); ``chance[field]`` is the mean over sources of
+        the share a uniform weighting would give, ``len(positions) / len(source)``.
 
     Raises:
         TypeError: ``weights`` is not a tensor.
@@ -106,5 +106,5 @@ def field_attention_mass(
             rows = weights[b, list(output_steps[name])]  # (steps of the field, L_s)
             mass[name].append(float(rows[:, positions].sum(-1).mean()))
             chance[name].append(len(positions) / len(source))
-    return ({name: torch.tensor(v) for name, v in mass.items()},
+    return ({name: torch.tensor(v, device=weights.device) for name, v in mass.items()},
             {name: sum(v) / len(v) if v else float("nan") for name, v in chance.items()})

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_src.validation import check_positive_int, check_tensor
+from attention_src.utils import place
+from attention_src.validation import check_positive_int, check_same_device, check_tensor
 
 __all__ = [
     "GraphAttention",
@@ -283,6 +284,13 @@ class _GraphAttentionBase(nn.Module):
             raise ValueError(
                 f"x has {x.shape[1]} features, the layer expects {self.in_features}"
             )
+        check_same_device(x=x, edge_index=edge_index)
+        device = next(self.parameters()).device
+        if x.device != device:
+            raise ValueError(
+                f"x is on {x.device} but the layer's parameters are on {device}; move one of "
+                f"them, e.g. layer.to('{x.device}')"
+            )
         dtype = next(self.parameters()).dtype
         if x.dtype != dtype:
             raise TypeError(
@@ -364,6 +372,10 @@ class GraphAttention(_GraphAttentionBase):
             weights are scaled by ``1 / (1 - dropout)``, as ``F.dropout`` does).
         add_self_loops: remove any self-loops of the graph and add one per node.
         bias: learn an additive output bias.
+        device, dtype: keywords; where the layer goes and its floating dtype, applied after
+            the weights are drawn on the CPU (:func:`attention_src.utils.place`): a seed gives
+            the same weights on every device. ``x`` and ``edge_index`` must be on the layer's
+            device.
     """
 
     def __init__(
@@ -376,6 +388,9 @@ class GraphAttention(_GraphAttentionBase):
         dropout: float = 0.0,
         add_self_loops: bool = True,
         bias: bool = True,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_features, out_features, heads, concat, negative_slope, dropout,
                          add_self_loops, bias)
@@ -384,6 +399,7 @@ class GraphAttention(_GraphAttentionBase):
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_features))
         self._init_bias(bias)
         self.reset_parameters()
+        place(self, device, dtype)
 
     def reset_parameters(self) -> None:
         """Glorot-uniform ``lin``, ``att_src``, ``att_dst`` (PyG's ``glorot``); zero ``bias``."""
@@ -441,6 +457,9 @@ class GraphAttentionV2(_GraphAttentionBase):
         dropout: float = 0.0,
         add_self_loops: bool = True,
         bias: bool = True,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_features, out_features, heads, concat, negative_slope, dropout,
                          add_self_loops, bias)
@@ -449,6 +468,7 @@ class GraphAttentionV2(_GraphAttentionBase):
         self.att = nn.Parameter(torch.empty(1, heads, out_features))
         self._init_bias(bias)
         self.reset_parameters()
+        place(self, device, dtype)
 
     def reset_parameters(self) -> None:
         """Glorot-uniform weights and ``att``, PyG's uniform linear biases, zero ``bias``."""

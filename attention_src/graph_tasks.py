@@ -44,7 +44,13 @@ from attention_src.graph import (
     _check_num_nodes,
     add_self_loops,
 )
-from attention_src.validation import check_positive_int, check_tensor
+from attention_src.utils import module_device, place
+from attention_src.validation import (
+    check_device,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+)
 
 __all__ = [
     "GraphData",
@@ -89,6 +95,10 @@ class GraphData(NamedTuple):
     train_mask: torch.Tensor
     test_mask: torch.Tensor
 
+    def to(self, device: str | torch.device) -> GraphData:
+        """The same graph with every tensor on ``device``."""
+        return GraphData(*_moved(self, device))
+
 
 class LookupBatch(NamedTuple):
     """A batch of ``B`` dictionary-lookup graphs with ``k`` keys each.
@@ -109,9 +119,21 @@ class LookupBatch(NamedTuple):
     key_of_query: torch.Tensor
     value_of_key: torch.Tensor
 
+    def to(self, device: str | torch.device) -> LookupBatch:
+        """The same batch with every tensor on ``device``."""
+        return LookupBatch(*_moved(self, device))
+
+
+def _moved(tensors, device: str | torch.device) -> list[torch.Tensor]:
+    """Each of ``tensors`` on ``device`` (a ``str`` or ``torch.device``, not ``None``)."""
+    device = check_device(device)
+    if device is None:
+        raise TypeError("device must be a str or a torch.device, got NoneType")
+    return [t.to(device) for t in tensors]
+
 
 # ----------------------------------------------------------------------------- data
-def karate_club() -> GraphData:
+def karate_club(*, device: str | torch.device | None = None) -> GraphData:
     """Zachary's karate club, as PyTorch Geometric ships it (no file, no network).
 
     34 members, ``x = I_34`` (one-hot identity features: a node is known only by its edges),
@@ -120,15 +142,18 @@ def karate_club() -> GraphData:
     (nodes 0, 4, 8 and 24); every other node is a test node.
 
     Returns:
-        :class:`GraphData` with ``x: (34, 34)``, ``edge_index: (2, 156)``, ``y: (34,)``.
+        :class:`GraphData` with ``x: (34, 34)``, ``edge_index: (2, 156)``, ``y: (34,)``, on
+        ``device`` when one is given (default: the CPU).
     """
+    device = check_device(device)
     with warnings.catch_warnings():  # PyG's first import: tqdm and torch.jit notices
         warnings.simplefilter("ignore")
         from torch_geometric.datasets import KarateClub  # the data: literal lists in its code
 
     data = KarateClub()[0]
     train = data.train_mask.clone()
-    return GraphData(data.x.float(), data.edge_index.long(), data.y.long(), train, ~train)
+    graph = GraphData(data.x.float(), data.edge_index.long(), data.y.long(), train, ~train)
+    return graph if device is None else graph.to(device)
 
 
 def knn_graph(points: torch.Tensor, k: int, symmetric: bool = False) -> torch.Tensor:
@@ -147,7 +172,7 @@ def knn_graph(points: torch.Tensor, k: int, symmetric: bool = False) -> torch.Te
 
     Returns:
         ``(2, E)`` int64, sources in row 0, targets in row 1, sorted by target and then
-        source; ``E = N k`` when not ``symmetric``.
+        source; ``E = N k`` when not ``symmetric``; on the device of ``points``.
     """
     check_tensor("points", points, min_rank=2)
     if points.dim() != 2:
@@ -164,7 +189,7 @@ def knn_graph(points: torch.Tensor, k: int, symmetric: bool = False) -> torch.Te
     dist.fill_diagonal_(math.inf)  # no self-loops
     # stable sort: equal distances keep the smaller index first
     order = torch.sort(dist, dim=1, stable=True).indices[:, :k]  # (N, k): neighbours of i
-    targets = torch.arange(n).repeat_interleave(k)  # (N k,)
+    targets = torch.arange(n, device=points.device).repeat_interleave(k)  # (N k,)
     sources = order.reshape(-1)  # (N, k) -> (N k,)
     if symmetric:
         sources, targets = torch.cat([sources, targets]), torch.cat([targets, sources])
@@ -172,13 +197,16 @@ def knn_graph(points: torch.Tensor, k: int, symmetric: bool = False) -> torch.Te
     return torch.stack([key % n, key // n])  # (2, E)
 
 
-def digits_graph(k: int = 10, labelled_per_class: int = 5, seed: int = 0) -> GraphData:
+def digits_graph(k: int = 10, labelled_per_class: int = 5, seed: int = 0, *,
+                 device: str | torch.device | None = None) -> GraphData:
     """scikit-learn's 8x8 digits as a graph: one node per image, linked to its kNN.
 
     Features are the 64 pixel intensities scaled to [0, 1]; the graph is the symmetric
     :func:`knn_graph` of those features; ``labelled_per_class`` images of each digit, drawn
     with ``seed``, are the training nodes and all the others the test nodes (semi-supervised
-    node classification, as on citation graphs).
+    node classification, as on citation graphs). Built on the CPU (the CPU generator draws
+    the training nodes) and moved to ``device`` when one is given: the same graph on every
+    device.
 
     Returns:
         :class:`GraphData` with ``x: (1797, 64)`` float32, ``y: (1797,)`` int64.
@@ -186,6 +214,7 @@ def digits_graph(k: int = 10, labelled_per_class: int = 5, seed: int = 0) -> Gra
     from sklearn.datasets import load_digits  # shipped inside scikit-learn
 
     check_positive_int("labelled_per_class", labelled_per_class)
+    device = check_device(device)
     digits = load_digits()
     x = torch.tensor(digits.data, dtype=torch.float32) / 16.0  # (N, 64)
     y = torch.tensor(digits.target, dtype=torch.int64)  # (N,)
@@ -201,18 +230,20 @@ def digits_graph(k: int = 10, labelled_per_class: int = 5, seed: int = 0) -> Gra
             )
         pick = torch.randperm(len(members), generator=g)[:labelled_per_class]
         train[members[pick]] = True
-    return GraphData(x, edge_index, y, train, ~train)
+    graph = GraphData(x, edge_index, y, train, ~train)
+    return graph if device is None else graph.to(device)
 
 
-def _lookup_edges(k: int, batch: int) -> torch.Tensor:
+def _lookup_edges(k: int, batch: int, device: torch.device | None = None) -> torch.Tensor:
     """Edges of ``batch`` lookup graphs: key j -> query k + i, by graph, query, key."""
-    src = torch.arange(k).repeat(k)  # (k k,)
-    dst = k + torch.arange(k).repeat_interleave(k)  # (k k,)
-    offset = (2 * k * torch.arange(batch))[:, None]  # (B, 1)
+    src = torch.arange(k, device=device).repeat(k)  # (k k,)
+    dst = k + torch.arange(k, device=device).repeat_interleave(k)  # (k k,)
+    offset = (2 * k * torch.arange(batch, device=device))[:, None]  # (B, 1)
     return torch.stack([(src + offset).reshape(-1), (dst + offset).reshape(-1)])  # (2, B k k)
 
 
-def lookup_batch(k: int, batch: int, generator: torch.Generator) -> LookupBatch:
+def lookup_batch(k: int, batch: int, generator: torch.Generator, *,
+                 device: str | torch.device | None = None) -> LookupBatch:
     """A batch of dictionary-lookup graphs (Brody et al., 2022, section 4.1).
 
     Each graph holds a random dictionary: ``k`` key nodes with keys ``0..k-1`` and values
@@ -226,7 +257,9 @@ def lookup_batch(k: int, batch: int, generator: torch.Generator) -> LookupBatch:
     Args:
         k: keys (and queries) per graph, at least 2.
         batch: number of graphs ``B``.
-        generator: the ``torch.Generator`` that draws the permutations.
+        generator: the (CPU) ``torch.Generator`` that draws the permutations.
+        device: where the batch goes; drawn on the CPU and then moved, so a seed gives the
+            same graphs on every device.
 
     Returns:
         :class:`LookupBatch`.
@@ -237,6 +270,7 @@ def lookup_batch(k: int, batch: int, generator: torch.Generator) -> LookupBatch:
         raise ValueError(f"k must be at least 2 (one key leaves nothing to look up), got {k}")
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    device = check_device(device)
     value_of_key = torch.argsort(torch.rand(batch, k, generator=generator), dim=1)  # (B, k)
     key_of_query = torch.argsort(torch.rand(batch, k, generator=generator), dim=1)  # (B, k)
     width = 2 * k + 1
@@ -253,7 +287,8 @@ def lookup_batch(k: int, batch: int, generator: torch.Generator) -> LookupBatch:
     edge_index = _lookup_edges(k, batch)  # (2, B k k)
     query_mask = torch.zeros(batch, 2 * k, dtype=torch.bool)
     query_mask[:, k:] = True
-    return LookupBatch(x, edge_index, y, query_mask.reshape(-1), key_of_query, value_of_key)
+    made = LookupBatch(x, edge_index, y, query_mask.reshape(-1), key_of_query, value_of_key)
+    return made if device is None else made.to(device)
 
 
 # ----------------------------------------------------------------------------- models
@@ -266,14 +301,19 @@ class MeanAggregation(nn.Module):
 
     Args:
         in_features: ``d``; out_features: ``d_v``.
+        device, dtype: keywords; where the layer goes and its floating dtype, applied after
+            the weights are drawn on the CPU (:func:`attention_src.utils.place`).
     """
 
-    def __init__(self, in_features: int, out_features: int) -> None:
+    def __init__(self, in_features: int, out_features: int, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         check_positive_int("in_features", in_features)
         check_positive_int("out_features", out_features)
         self.lin = nn.Linear(in_features, out_features, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_features))
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         """``x: (N, in_features)``, ``edge_index: (2, E)`` -> ``(N, out_features)``."""
@@ -303,10 +343,14 @@ class NodeClassifier(nn.Module):
     the features entering each layer, in training mode, as in Velickovic et al. (2018).
 
     ``forward(x: (N, in_features), edge_index: (2, E)) -> logits (N, num_classes)``.
+    ``device`` and ``dtype`` (keywords) place the model after its weights are drawn on the
+    CPU (:func:`attention_src.utils.place`): the same weights on every device.
     """
 
     def __init__(self, kind: str, in_features: int, num_classes: int, hidden: int = 8,
-                 heads: int = 4, dropout: float = 0.5) -> None:
+                 heads: int = 4, dropout: float = 0.5, *,
+                 device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -331,6 +375,7 @@ class NodeClassifier(nn.Module):
         else:
             self.layer1 = nn.Linear(in_features, width)
             self.layer2 = nn.Linear(width, num_classes)
+        place(self, device, dtype)
 
     def _run(self, layer: nn.Module, x: torch.Tensor, edge_index: torch.Tensor):
         return layer(x) if self.kind == "mlp" else layer(x, edge_index)
@@ -367,10 +412,12 @@ class LookupModel(nn.Module):
     ``readout_relu=False`` drops the ReLU, so the read-out is linear in the layer's output,
     as in Brody et al.'s own lookup model.
     ``forward(x: (N, 2k + 1), edge_index) -> logits (N, k)`` (meaningful on query nodes).
+    ``device`` and ``dtype`` (keywords) as in :class:`NodeClassifier`.
     """
 
     def __init__(self, kind: str, k: int, hidden: int = 16, heads: int = 4,
-                 readout_relu: bool = True) -> None:
+                 readout_relu: bool = True, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         layers = {"gat": GraphAttention, "gatv2": GraphAttentionV2}
         if kind not in layers:
@@ -380,6 +427,7 @@ class LookupModel(nn.Module):
         self.readout_relu = _check_bool("readout_relu", readout_relu)
         self.conv = layers[kind](2 * k + 1, hidden, heads=heads, add_self_loops=False)
         self.out = nn.Linear(hidden * heads, k)
+        place(self, device, dtype)
 
     def _read_out(self, h: torch.Tensor) -> torch.Tensor:
         return self.out(torch.relu(h) if self.readout_relu else h)  # (N, h d) -> (N, k)
@@ -413,6 +461,7 @@ def accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float
             f"logits (N, C), y (N,) and mask (N,) must agree in N, got logits "
             f"{tuple(logits.shape)}, y {y_shape}, mask {tuple(mask.shape)}"
         )
+    check_same_device(logits=logits, y=y, mask=mask)
     if int(mask.sum()) == 0:
         raise ValueError("mask selects no node: accuracy is undefined")
     return float((logits[mask].argmax(-1) == y[mask]).float().mean())
@@ -424,9 +473,10 @@ def train_node_classifier(model: NodeClassifier, data: GraphData, steps: int = 2
 
     Seed torch before building ``model`` and before calling (dropout draws from torch's
     global generator). Returns ``{"loss": [steps floats], "train_acc", "test_acc"}``, the
-    accuracies of the final model in eval mode.
+    accuracies of the final model in eval mode. ``data`` is moved to the model's device.
     """
     check_positive_int("steps", steps)
+    data = data.to(module_device(model))
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     losses = []
     model.train()
@@ -451,17 +501,19 @@ def train_lookup(model: LookupModel, steps: int = 400, batch: int = 32, lr: floa
     The graphs are drawn from ``torch.Generator().manual_seed(seed)``; the learning rate
     decays to 0 over ``horizon`` steps (default ``steps``), so the first ``steps`` steps of
     a longer run can be repeated exactly with ``horizon`` set to its length. Returns the loss
-    of every step (cross-entropy over the query nodes).
+    of every step (cross-entropy over the query nodes). The graphs are drawn on the CPU (the
+    same graphs on every device) and moved to the model's device.
     """
     check_positive_int("steps", steps)
     horizon = steps if horizon is None else check_positive_int("horizon", horizon)
     g = torch.Generator().manual_seed(seed)
+    device = module_device(model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, horizon)
     losses = []
     model.train()
     for _ in range(steps):
-        b = lookup_batch(model.k, batch, g)
+        b = lookup_batch(model.k, batch, g, device=device)
         loss = F.cross_entropy(model(b.x, b.edge_index)[b.query_mask], b.y)
         opt.zero_grad()
         loss.backward()
@@ -473,8 +525,10 @@ def train_lookup(model: LookupModel, steps: int = 400, batch: int = 32, lr: floa
 
 
 def lookup_accuracy(model: LookupModel, batch: int = 200, seed: int = 12345) -> float:
-    """Accuracy over the query nodes of ``batch`` fresh lookup graphs drawn with ``seed``."""
-    b = lookup_batch(model.k, batch, torch.Generator().manual_seed(seed))
+    """Accuracy over the query nodes of ``batch`` fresh lookup graphs drawn with ``seed`` (on
+    the CPU, then moved to the model's device)."""
+    b = lookup_batch(model.k, batch, torch.Generator().manual_seed(seed),
+                     device=module_device(model))
     model.eval()
     with torch.no_grad():
         logits = model(b.x, b.edge_index)
@@ -555,6 +609,7 @@ def ranking_consistency(attention: torch.Tensor, mask: torch.Tensor) -> float:
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a bool tensor (True = query attends to key), got {got}")
+    check_same_device(attention=attention, mask=mask)
     if attention.shape != mask.shape or attention.dim() != 2:
         raise ValueError(
             f"attention {tuple(attention.shape)} and mask {tuple(mask.shape)} must be the "
@@ -566,7 +621,7 @@ def ranking_consistency(attention: torch.Tensor, mask: torch.Tensor) -> float:
     above = ((diff > 0) & both).any(0)  # (L_k, L_k): some query ranks j above j'
     below = ((diff < 0) & both).any(0)
     shared = both.sum(0) >= 2  # pairs seen by two queries or more
-    off_diag = ~torch.eye(a.shape[1], dtype=torch.bool)
+    off_diag = ~torch.eye(a.shape[1], dtype=torch.bool, device=a.device)
     pairs = shared & off_diag
     if int(pairs.sum()) == 0:
         return float("nan")
@@ -580,7 +635,7 @@ def _lookup_weights(model: LookupModel, batch: LookupBatch, head: int) -> torch.
         _, (edges, alpha) = model(batch.x, batch.edge_index, return_attention=True)
     n_graphs = batch.x.shape[0] // (2 * k)
     # the reshape below needs the edges ordered by graph, query, key, as lookup_batch makes
-    if not torch.equal(edges, _lookup_edges(k, n_graphs)):
+    if not torch.equal(edges, _lookup_edges(k, n_graphs, edges.device)):
         raise ValueError(
             "the attention's edges are not in lookup_batch's order (graph, query, key)"
         )
@@ -667,7 +722,8 @@ def matched_gat_hidden(k: int, heads: int, gatv2_hidden: int) -> int:
 
 
 def lookup_run(kind: str, k: int, heads: int, hidden: int, seed: int, steps: int = 400,
-               batch: int = 32, lr: float = 0.01, readout_relu: bool = True) -> dict:
+               batch: int = 32, lr: float = 0.01, readout_relu: bool = True, *,
+               device: str | torch.device | None = None) -> dict:
     """Train one :class:`LookupModel` and measure it, as chapter 8's heads-by-keys sweep does.
 
     ``torch.manual_seed(seed)`` (the global generator: it draws the initial weights), a
@@ -676,7 +732,8 @@ def lookup_run(kind: str, k: int, heads: int, hidden: int, seed: int, steps: int
     the accuracy of :func:`lookup_accuracy` (200 new graphs, its fixed seed), the mean loss of
     the last ``min(50, steps)`` steps, and for every head its :func:`top_key_agreement` and
     its asked-key hit rate (:func:`asked_key_hits`) on 100 other new graphs (generator seed
-    7). A static head has agreement exactly 1.
+    7). A static head has agreement exactly 1. With ``device`` the model is built on the
+    CPU (the same initial weights) and trained and measured there, on graphs drawn on the CPU.
 
     Returns:
         ``dict`` with ``kind, k, heads, hidden, seed, steps`` as given, ``params`` (the
@@ -685,9 +742,11 @@ def lookup_run(kind: str, k: int, heads: int, hidden: int, seed: int, steps: int
     """
     check_positive_int("steps", steps)
     torch.manual_seed(seed)
-    model = LookupModel(kind, k, hidden=hidden, heads=heads, readout_relu=readout_relu)
+    model = LookupModel(kind, k, hidden=hidden, heads=heads, readout_relu=readout_relu,
+                        device=device)
     losses = train_lookup(model, steps=steps, batch=batch, lr=lr, seed=seed)
-    probe = lookup_batch(k, 100, torch.Generator().manual_seed(7))
+    probe = lookup_batch(k, 100, torch.Generator().manual_seed(7),
+                         device=module_device(model))
     tail = losses[-50:]  # the last min(50, steps) losses
     return {
         "kind": kind, "k": k, "heads": heads, "hidden": hidden, "seed": seed, "steps": steps,
@@ -716,7 +775,7 @@ def spring_layout(edge_index: torch.Tensor, num_nodes: int, iterations: int = 30
     _check_edge_index(edge_index, n, what="num_nodes is")
     check_positive_int("iterations", iterations)
     adj = np.zeros((n, n))
-    ei = edge_index.numpy()
+    ei = edge_index.cpu().numpy()
     adj[ei[0], ei[1]] = 1.0
     adj = np.maximum(adj, adj.T)
     np.fill_diagonal(adj, 0.0)

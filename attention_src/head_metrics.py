@@ -27,6 +27,7 @@ from torch import nn
 from attention_src.data import IGNORE_INDEX, offset_copy_task
 from attention_src.multihead import MultiHeadSelfAttention
 from attention_src.positional import sinusoidal_positional_encoding
+from attention_src.utils import module_device, place
 from attention_src.validation import check_positive_int, check_tensor
 
 __all__ = [
@@ -83,13 +84,14 @@ def offset_profile(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Returns:
         offsets: ``(L_q + L_k - 1,)`` int64, from ``-(L_q - 1)`` to ``L_k - 1``;
-        profile: ``(..., L_q + L_k - 1)``, same dtype as ``weights``.
+        profile: ``(..., L_q + L_k - 1)``, same dtype as ``weights``; both on the device of
+        ``weights``.
     """
     weights = _check_weights(weights)
     L_q, L_k = weights.shape[-2:]
-    offsets = torch.arange(-(L_q - 1), L_k)
-    columns = [torch.diagonal(weights, offset=int(o), dim1=-2, dim2=-1).mean(-1)
-               for o in offsets]  # each (...,): mean over the queries that have this offset
+    offsets = torch.arange(-(L_q - 1), L_k, device=weights.device)
+    columns = [torch.diagonal(weights, offset=o, dim1=-2, dim2=-1).mean(-1)
+               for o in range(-(L_q - 1), L_k)]  # each (...,): mean over the queries there
     return offsets, torch.stack(columns, dim=-1)  # (..., L_q + L_k - 1)
 
 
@@ -100,7 +102,7 @@ def preferred_offset(weights: torch.Tensor) -> torch.Tensor:
         weights: ``(..., L_q, L_k)`` attention weights, e.g. ``(h, L, L)`` for one head each.
 
     Returns:
-        ``(...)`` int64 offsets.
+        ``(...)`` int64 offsets, on the device of ``weights``.
     """
     offsets, profile = offset_profile(weights)
     return offsets[profile.argmax(-1)]
@@ -141,7 +143,8 @@ def ablate_heads(mha: nn.Module, heads: Sequence[int]) -> Iterator[nn.Module]:
             raise ValueError(f"head indices must be ints in [0, {mha.num_heads}), got {i!r}")
         indices.append(index)
     heads = indices
-    keep = torch.ones(mha.num_heads, mha.head_dim)  # (h, d_head)
+    keep = torch.ones(mha.num_heads, mha.head_dim,
+                      device=mha.out_proj.weight.device)  # (h, d_head), on the module's device
     keep[heads] = 0.0
     keep = keep.reshape(-1)  # (h, d_head) -> (h * d_head,), the concatenation's layout
 
@@ -170,11 +173,14 @@ class OffsetReader(nn.Module):
     ``2 sqrt(E/2)``) about the norm of the token embeddings (``sqrt(E)``, entries N(0, 1)).
 
     ``forward(tokens: (B, L) int64, L <= length) -> (logits: (B, num_outputs, L, vocab_size),
-    weights: (B, num_heads, L, L))``.
+    weights: (B, num_heads, L, L))``, ``tokens`` on the model's device. ``device`` and
+    ``dtype`` (keywords) place the model after its weights are drawn on the CPU
+    (:func:`attention_src.utils.place`).
     """
 
     def __init__(self, vocab_size: int, length: int, embed_dim: int, num_heads: int,
-                 num_outputs: int = 2, position_scale: float = 2.0):
+                 num_outputs: int = 2, position_scale: float = 2.0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         for name, v in (("vocab_size", vocab_size), ("length", length),
                         ("embed_dim", embed_dim), ("num_heads", num_heads),
@@ -190,6 +196,7 @@ class OffsetReader(nn.Module):
         self.register_buffer("pos", position_scale * table, persistent=False)
         self.mha = MultiHeadSelfAttention(embed_dim, num_heads)
         self.read = nn.Linear(embed_dim, num_outputs * vocab_size)
+        place(self, device, dtype)
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
@@ -245,6 +252,8 @@ def train_offset_reader(model: OffsetReader, offsets: Sequence[int], steps: int,
 
     The loss is the sum of :func:`offset_losses` over the offsets. Batches come from a
     generator seeded with ``seed``, so a run is reproducible given the model's initial weights.
+    They are drawn on the CPU (the same batches on every device) and moved to the model's
+    device.
 
     Returns:
         the loss of every step (before that step's update).
@@ -255,12 +264,13 @@ def train_offset_reader(model: OffsetReader, offsets: Sequence[int], steps: int,
         raise ValueError(f"model has {model.num_outputs} outputs but {len(offsets)} offsets "
                          "were given")
     gen = torch.Generator().manual_seed(seed)
+    device = module_device(model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     losses = []
     for _ in range(steps):
         tokens, targets = offset_copy_task(batch_size, model.length, model.vocab_size,
-                                           offsets, seed=gen)
+                                           offsets, seed=gen, device=device)
         loss = offset_losses(model(tokens)[0], targets).sum()
         opt.zero_grad()
         loss.backward()

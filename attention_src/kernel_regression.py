@@ -24,7 +24,7 @@ import math
 import torch
 
 from attention_src.softmax import masked_softmax, softmax
-from attention_src.validation import check_mask, check_tensor
+from attention_src.validation import check_mask, check_same_device, check_tensor
 
 __all__ = ["gaussian_kernel_scores", "nadaraya_watson"]
 
@@ -67,6 +67,7 @@ def gaussian_kernel_scores(
     sigma = _check_bandwidth(bandwidth)
     if query.dtype != keys.dtype:
         raise TypeError(f"query ({query.dtype}) and keys ({keys.dtype}) must share one dtype")
+    check_same_device(query=query, keys=keys)
     diff = query[:, None] - keys[None, :]  # (L_q, 1) - (1, L_k) -> (L_q, L_k)
     return -(diff**2) / (2 * sigma**2)
 
@@ -110,6 +111,7 @@ def nadaraya_watson(
         )
     if values.dtype != keys.dtype:
         raise TypeError(f"keys ({keys.dtype}) and values ({values.dtype}) must share one dtype")
+    check_same_device(keys=keys, values=values)
     scores = gaussian_kernel_scores(query, keys, bandwidth)  # (L_q, L_k)
     if mask is None:
         weights = softmax(scores, dim=-1)  # (L_q, L_k), each row sums to 1

@@ -38,6 +38,7 @@ from torch import nn
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.multihead import MultiHeadSelfAttention
 from attention_src.softmax import causal_mask
+from attention_src.utils import module_device, place
 from attention_src.validation import check_positive_int, check_tensor
 
 __all__ = [
@@ -88,6 +89,9 @@ class AttentionOnlyTransformer(nn.Module):
         num_heads: heads per layer ``h``; must divide ``embed_dim``.
         num_layers: number of attention layers.
         max_len: longest sequence the learned position embedding covers.
+        device, dtype: keywords; where the model goes and its floating dtype, applied after
+            the weights are drawn on the CPU (:func:`attention_src.utils.place`): a seed gives
+            the same weights on every device. ``tokens`` must be on the model's device.
 
     ``forward(tokens: (B, L) int64, gates=None, return_weights=False) -> logits: (B, L, V)``,
     and with ``return_weights=True`` also a list of ``num_layers`` weight tensors
@@ -95,7 +99,8 @@ class AttentionOnlyTransformer(nn.Module):
     """
 
     def __init__(self, vocab_size: int, embed_dim: int, num_heads: int, num_layers: int,
-                 max_len: int):
+                 max_len: int, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
                             ("num_heads", num_heads), ("num_layers", num_layers),
@@ -115,6 +120,7 @@ class AttentionOnlyTransformer(nn.Module):
             MultiHeadSelfAttention(embed_dim, num_heads) for _ in range(num_layers)
         )
         self.unembed = nn.Linear(embed_dim, vocab_size)
+        place(self, device, dtype)
 
     def _attend(self, layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor,
                 gate: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +153,7 @@ class AttentionOnlyTransformer(nn.Module):
                 )
         positions = torch.arange(L, device=tokens.device)  # (L,)
         x = self.embed(tokens) + self.pos_embed(positions)  # (B, L, E)
-        mask = causal_mask(L).to(tokens.device)  # (L, L): query i sees keys j <= i
+        mask = causal_mask(L, device=tokens.device)  # (L, L): query i sees keys j <= i
         all_weights = []
         for i, layer in enumerate(self.layers):
             out, weights = self._attend(layer, x, mask, None if gates is None else gates[i])
@@ -353,7 +359,7 @@ def _first_layer(model: AttentionOnlyTransformer, tokens: torch.Tensor):
     """The intact stream after layer 1, ``x1: (B, L, E)``, the layer-1 heads' outputs
     ``(B, h, L, E)`` (each through its block of the output projection) and the causal mask."""
     L = tokens.shape[1]
-    mask = causal_mask(L).to(tokens.device)  # (L, L)
+    mask = causal_mask(L, device=tokens.device)  # (L, L)
     x0 = model.embed(tokens) + model.pos_embed(torch.arange(L, device=tokens.device))
     first = model.layers[0]
     per_head = _head_outputs(first, x0, x0, x0, mask)  # (B, h, L, E)
@@ -635,7 +641,7 @@ def mean_ablated_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor,
     L = tokens.shape[1]
     if not 1 <= L <= model.max_len:
         raise ValueError(f"sequence length {L} must lie in [1, max_len = {model.max_len}]")
-    mask = causal_mask(L).to(tokens.device)  # (L, L)
+    mask = causal_mask(L, device=tokens.device)  # (L, L)
     positions = torch.arange(L, device=tokens.device)  # (L,)
 
     def run(seqs: torch.Tensor, means: list[torch.Tensor] | None):
@@ -681,6 +687,9 @@ def train_language_model(
             ``(B_e, h, L, L)``, both computed in eval and no-grad mode (the model is back in
             training mode after it returns); the dicts it returns are collected.
 
+    The tokens of each batch and ``eval_tokens`` are moved to the model's device (they may
+    be made on the CPU).
+
     Returns:
         ``{"losses": (steps,) float tensor, "evals": list of (step, dict)}``.
     """
@@ -691,6 +700,9 @@ def train_language_model(
         raise ValueError("eval_every needs eval_tokens and on_eval")
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses, evals = [], []
+    device = module_device(model)
+    if isinstance(eval_tokens, torch.Tensor):  # anything else: the model's checks name it
+        eval_tokens = eval_tokens.to(device)
 
     def evaluate(step: int) -> None:
         model.eval()
@@ -704,6 +716,8 @@ def train_language_model(
         if eval_every and step % eval_every == 0:
             evaluate(step)
         tokens = batches(step)  # (B, L)
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.to(device)
         loss = next_token_losses(model(tokens), tokens).mean()
         optimizer.zero_grad()
         loss.backward()

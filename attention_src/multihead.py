@@ -16,9 +16,11 @@ from torch import nn
 
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.softmax import causal_mask
+from attention_src.utils import place
 from attention_src.validation import (
     check_mask,
     check_positive_int,
+    check_same_device,
     check_same_dtype,
     check_tensor,
 )
@@ -38,15 +40,19 @@ class SelfAttention(nn.Module):
 
     ``forward(x: (..., L, d_in), mask=None) -> (output: (..., L, d_v), weights: (..., L, L))``
     with ``Q = x W_q: (..., L, d_k)``, ``K = x W_k: (..., L, d_k)``, ``V = x W_v: (..., L, d_v)``.
+    ``device`` and ``dtype`` (keywords) place the module after its weights are drawn on the
+    CPU (see :func:`attention_src.utils.place`): the same weights on every device.
     """
 
-    def __init__(self, d_in: int, d_k: int, d_v: int, bias: bool = False):
+    def __init__(self, d_in: int, d_k: int, d_v: int, bias: bool = False, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         for name, v in (("d_in", d_in), ("d_k", d_k), ("d_v", d_v)):
             check_positive_int(name, v)
         self.q_proj = nn.Linear(d_in, d_k, bias=bias)
         self.k_proj = nn.Linear(d_in, d_k, bias=bias)
         self.v_proj = nn.Linear(d_in, d_v, bias=bias)
+        place(self, device, dtype)
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None
@@ -83,6 +89,12 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four projections have biases.
         kdim, vdim: feature sizes of the key and value inputs (default ``embed_dim``).
         dropout: dropout on the attention weights, in training mode.
+        device, dtype: keywords; where the module goes and its floating dtype, applied after
+            the weights are drawn on the CPU (:func:`attention_src.utils.place`), so a seed
+            gives the same weights on every device.
+
+    The inputs (and ``mask``) must be on the module's device: ``ValueError`` naming the
+    devices otherwise.
 
     ``forward(query: (B, L_q, E), key: (B, L_k, kdim), value: (B, L_k, vdim), mask=None,
     need_weights=True) -> (output: (B, L_q, E), weights: (B, h, L_q, L_k) or None)``.
@@ -101,6 +113,9 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
         dropout: float = 0.0,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ):
         super().__init__()
         check_positive_int("embed_dim", embed_dim)
@@ -126,6 +141,7 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(proj.bias)
         if bias:
             nn.init.zeros_(self.out_proj.bias)
+        place(self, device, dtype)
 
     def _check_inputs(self, query, key, value) -> None:
         for name, t, width in (("query", query, self.embed_dim), ("key", key, self.kdim),
@@ -148,6 +164,13 @@ class MultiHeadAttention(nn.Module):
                 f"and value {tuple(value.shape)}"
             )
         check_same_dtype(query=query, key=key, value=value)
+        check_same_device(query=query, key=key, value=value)
+        if query.device != self.out_proj.weight.device:
+            raise ValueError(
+                f"inputs are on {query.device} but the module's parameters are on "
+                f"{self.out_proj.weight.device}; move one of them, e.g. "
+                f"module.to('{query.device}')"
+            )
         if query.dtype != self.out_proj.weight.dtype:
             raise TypeError(
                 f"inputs have dtype {query.dtype} but the module's parameters have dtype "
@@ -171,6 +194,7 @@ class MultiHeadAttention(nn.Module):
         B, L_q, _ = query.shape
         L_k = key.shape[1]
         mask = _head_mask(mask, (B, self.num_heads, L_q, L_k))
+        check_same_device(query=query, mask=mask)
         q = self._split_heads(self.q_proj(query))  # (B, h, L_q, d_head)
         k = self._split_heads(self.k_proj(key))  # (B, h, L_k, d_head)
         v = self._split_heads(self.v_proj(value))  # (B, h, L_k, d_head)
@@ -202,8 +226,10 @@ class MultiHeadSelfAttention(MultiHeadAttention):
     mask (position ``i`` sees ``j <= i``), combined with ``mask`` by logical AND.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
-        super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
+                 *, device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+        super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout, device=device,
+                         dtype=dtype)
 
     def forward(  # type: ignore[override]
         self,
@@ -213,8 +239,9 @@ class MultiHeadSelfAttention(MultiHeadAttention):
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         check_tensor("x", x, min_rank=3)
+        check_same_device(x=x, mask=mask)
         if causal:
-            look_ahead = causal_mask(x.shape[1]).to(x.device)  # (L, L)
+            look_ahead = causal_mask(x.shape[1], device=x.device)  # (L, L)
             if mask is None:
                 mask = look_ahead
             else:
@@ -251,11 +278,13 @@ class PerHeadMultiHeadAttention(nn.Module):
     ``forward(query: (B, L_q, E), key: (B, L_k, kdim), value: (B, L_k, vdim), mask=None) ->
     (output: (B, L_q, E), weights: (B, h, L_q, L_k))``. ``dropout`` acts on each head's
     attention weights in training mode, as in :class:`MultiHeadAttention`, and the returned
-    weights are the ones before dropout.
+    weights are the ones before dropout. ``device`` and ``dtype`` (keywords) as in
+    :class:`MultiHeadAttention`.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True,
-                 kdim: int | None = None, vdim: int | None = None, dropout: float = 0.0):
+                 kdim: int | None = None, vdim: int | None = None, dropout: float = 0.0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         check_positive_int("embed_dim", embed_dim)
         check_positive_int("num_heads", num_heads)
@@ -274,11 +303,13 @@ class PerHeadMultiHeadAttention(nn.Module):
             _Head(embed_dim, self.kdim, self.vdim, self.head_dim, bias) for _ in range(num_heads)
         )
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        place(self, device, dtype)
 
     def forward(self, query, key, value, mask=None):
         MultiHeadAttention._check_inputs(self, query, key, value)
         B, L_q, _ = query.shape
         mask = _head_mask(mask, (B, self.num_heads, L_q, key.shape[1]))
+        check_same_device(query=query, mask=mask)
         p = self.dropout if self.training else 0.0
         outputs, weights = [], []
         for i, head in enumerate(self.heads):

@@ -17,7 +17,8 @@ from torch import nn
 
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.positional import apply_rotary, sinusoidal_positional_encoding
-from attention_src.validation import check_positive_int
+from attention_src.utils import module_device, place
+from attention_src.validation import check_device, check_positive_int
 
 __all__ = [
     "IGNORE",
@@ -35,7 +36,8 @@ POSITIONS = ("none", "sinusoidal", "rotary")
 
 
 def previous_token_task(
-    n: int, length: int, vocab_size: int, generator: torch.Generator | None = None
+    n: int, length: int, vocab_size: int, generator: torch.Generator | None = None, *,
+    device: str | torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences of distinct random tokens and their previous-token targets.
 
@@ -43,7 +45,10 @@ def previous_token_task(
         n: number of sequences.
         length: ``L``, at most ``vocab_size`` (the tokens of a sequence are distinct).
         vocab_size: ``V``.
-        generator: a ``torch.Generator`` for reproducible draws (default: the global one).
+        generator: a (CPU) ``torch.Generator`` for reproducible draws (default: the global
+            one).
+        device: where the tensors go; drawn on the CPU and then moved, so a generator's seed
+            gives the same data on every device.
 
     Returns:
         tokens: ``(n, L)`` int64, each row ``L`` distinct tokens in ``0 .. V - 1``.
@@ -52,15 +57,19 @@ def previous_token_task(
     """
     for name, value in (("n", n), ("length", length), ("vocab_size", vocab_size)):
         check_positive_int(name, value)
+    device = check_device(device)
     if length > vocab_size:
         raise ValueError(
             f"length ({length}) must be at most vocab_size ({vocab_size}): the tokens of a "
             "sequence are distinct"
         )
     # A random permutation of the vocabulary per row, cut to L: L distinct tokens.
-    tokens = torch.rand(n, vocab_size, generator=generator).argsort(dim=-1)[:, :length]
+    draw = torch.rand(n, vocab_size, generator=generator)  # (n, V)
+    tokens = draw.argsort(dim=-1)[:, :length]  # (n, L)
     targets = torch.full_like(tokens, IGNORE)  # (n, L)
     targets[:, 1:] = tokens[:, :-1]
+    if device is not None:
+        tokens, targets = tokens.to(device), targets.to(device)
     return tokens, targets
 
 
@@ -76,11 +85,13 @@ class OrderSelfAttention(nn.Module):
 
     ``forward(tokens: (B, L) integer ids in [0, V)) -> (logits: (B, L, V), weights: (B, L, L))``;
     ``forward`` raises ``TypeError`` for tokens that are not integers and ``ValueError`` for
-    ids outside ``[0, V)``, naming the first one.
+    ids outside ``[0, V)``, naming the first one. ``device`` and ``dtype`` (keywords) place
+    the model after its weights are drawn on the CPU (:func:`attention_src.utils.place`).
     """
 
     def __init__(
-        self, vocab_size: int, d_model: int, positions: str = "none", max_len: int = 64
+        self, vocab_size: int, d_model: int, positions: str = "none", max_len: int = 64, *,
+        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
     ):
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
@@ -99,6 +110,7 @@ class OrderSelfAttention(nn.Module):
         self.register_buffer(
             "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
         )  # (max_len, d_model)
+        place(self, device, dtype)
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
@@ -126,7 +138,13 @@ class OrderSelfAttention(nn.Module):
 
 
 def order_accuracy(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> float:
-    """Fraction of positions with a target (not :data:`IGNORE`) predicted exactly."""
+    """Fraction of positions with a target (not :data:`IGNORE`) predicted exactly.
+
+    ``tokens`` and ``targets`` are moved to the model's device (they may be on the CPU).
+    """
+    device = module_device(model)
+    if isinstance(tokens, torch.Tensor) and isinstance(targets, torch.Tensor):
+        tokens, targets = tokens.to(device), targets.to(device)
     with torch.no_grad():
         logits, _ = model(tokens)  # (B, L, V)
     keep = targets != IGNORE
@@ -142,11 +160,14 @@ def train_order_model(
     vocab_size: int = 16,
     d_model: int = 32,
     lr: float = 1e-2,
+    *,
+    device: str | torch.device | None = None,
 ) -> tuple[OrderSelfAttention, list[float]]:
     """Train :class:`OrderSelfAttention` on fresh batches of the previous-token task.
 
     ``seed`` fixes the initial weights and the data stream. Adam, cross-entropy over the
-    positions that have a target.
+    positions that have a target. With ``device`` the model is built on the CPU (the same
+    initial weights) and trained on ``device``, on batches drawn on the CPU and moved there.
 
     Returns:
         the trained model (in eval mode) and the loss of each step.
@@ -154,12 +175,14 @@ def train_order_model(
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
     torch.manual_seed(seed)
-    model = OrderSelfAttention(vocab_size, d_model, positions, max_len=max(length, 1))
+    model = OrderSelfAttention(vocab_size, d_model, positions, max_len=max(length, 1),
+                               device=device)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
-        tokens, targets = previous_token_task(batch_size, length, vocab_size, gen)
+        tokens, targets = previous_token_task(batch_size, length, vocab_size, gen,
+                                              device=device)
         logits, _ = model(tokens)  # (B, L, V)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
         opt.zero_grad()

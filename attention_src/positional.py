@@ -26,7 +26,12 @@ import numbers
 
 import torch
 
-from attention_src.validation import check_positive_int, check_tensor
+from attention_src.validation import (
+    check_device,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+)
 
 __all__ = ["sinusoidal_positional_encoding", "shift_rotation", "apply_rotary"]
 
@@ -39,8 +44,14 @@ def _check_base(base: object) -> float:
     return float(base)
 
 
+def _target(device: torch.device | None) -> torch.device:
+    """``device``, or PyTorch's default device (the CPU unless changed) for ``None``."""
+    return torch.get_default_device() if device is None else device
+
+
 def sinusoidal_positional_encoding(
-    length: int, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+    length: int, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32, *,
+    device: str | torch.device | None = None,
 ) -> torch.Tensor:
     """The sinusoidal position table.
 
@@ -49,6 +60,9 @@ def sinusoidal_positional_encoding(
         dim: encoding width ``d`` (an odd ``d`` drops the last cosine column).
         base: the ``10000`` of the formula; positive and finite.
         dtype: floating dtype of the result.
+        device: where the table goes (a ``str`` or ``torch.device``; default PyTorch's
+            default device). It is computed on the CPU in float64 and then moved, so every
+            device gets the same numbers.
 
     Returns:
         pe: ``(length, dim)``; row ``pos`` is the encoding of position ``pos``.
@@ -58,17 +72,19 @@ def sinusoidal_positional_encoding(
     _check_base(base)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
-    two_i = torch.arange(0, dim, 2, dtype=torch.float64)  # (ceil(d/2),)
+    device = check_device(device)
+    position = torch.arange(length, dtype=torch.float64, device="cpu").unsqueeze(1)  # (L, 1)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64, device="cpu")  # (ceil(d/2),)
     angle = position / base ** (two_i / dim)  # (L, 1) / (ceil(d/2),) -> (L, ceil(d/2))
-    pe = torch.empty(length, 2 * angle.shape[1], dtype=torch.float64)
+    pe = torch.empty(length, 2 * angle.shape[1], dtype=torch.float64, device="cpu")
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
-    return pe[:, :dim].to(dtype)
+    return pe[:, :dim].to(dtype=dtype, device=_target(device))
 
 
 def shift_rotation(
-    k: int, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float64
+    k: int, dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float64, *,
+    device: str | torch.device | None = None,
 ) -> torch.Tensor:
     """The matrix ``R_k`` that moves the sinusoidal encoding ``k`` positions on.
 
@@ -83,6 +99,8 @@ def shift_rotation(
             without its cosine, which no linear map of that column moves).
         base: the ``10000`` of the formula; positive and finite.
         dtype: floating dtype of the result.
+        device: where the matrix goes (default PyTorch's default device); computed on the
+            CPU in float64 and then moved, the same numbers on every device.
 
     Returns:
         ``R_k``: ``(dim, dim)``.
@@ -95,11 +113,12 @@ def shift_rotation(
     _check_base(base)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    two_i = torch.arange(0, dim, 2, dtype=torch.float64)  # (d/2,)
+    device = check_device(device)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64, device="cpu")  # (d/2,)
     angle = int(k) / base ** (two_i / dim)  # (d/2,): b_i
     c, s = angle.cos(), angle.sin()  # (d/2,) each
     blocks = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (d/2, 2, 2)
-    return torch.block_diag(*blocks).to(dtype)  # (d, d)
+    return torch.block_diag(*blocks).to(dtype=dtype, device=_target(device))  # (d, d)
 
 
 def apply_rotary(
@@ -125,11 +144,14 @@ def apply_rotary(
             of size 1 or equal to ``x``'s (for ``x`` of shape ``(B, h, L, d)`` and one row of
             positions per sequence, ``(B, 1, L)``). Any other rank is rejected rather than
             broadcast from the left, which would silently line ``(B, L)`` positions up with the
-            heads when ``B == h``.
+            heads when ``B == h``. On the device of ``x`` (``ValueError`` naming both
+            devices otherwise).
         base: the ``10000`` of the frequencies; positive and finite.
 
     Returns:
-        ``(..., L, d)``, same dtype as ``x``; the norm of every vector is unchanged.
+        ``(..., L, d)``, same dtype and device as ``x``; the norm of every vector is unchanged.
+        The frequencies are computed on the CPU and moved to ``x``'s device, so the angles
+        agree on every device; their cosines and sines may differ in the last bit.
     """
     check_tensor("x", x, min_rank=2)
     d = x.shape[-1]
@@ -142,6 +164,7 @@ def apply_rotary(
         raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must hold integers or real numbers, got {positions.dtype}")
+    check_same_device(x=x, positions=positions)
     if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
         raise ValueError(f"positions must be finite, got {positions.tolist()}")
     target = tuple(x.shape[:-1])  # (..., L)
@@ -155,7 +178,8 @@ def apply_rotary(
             f"axis of x.shape[:-1] = {target}, each 1 or equal (x has shape {tuple(x.shape)})"
         )
     base = _check_base(base)
-    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d)  # (d/2,)
+    theta = theta.to(x.device)
     # (..., L, 1) * (d/2,) -> (..., L, d/2): angle m * theta_i of every position and pair
     angle = positions.to(torch.float64).unsqueeze(-1) * theta
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)

@@ -26,7 +26,13 @@ import torch
 from torch import nn
 
 from attention_src.attention import attention_from_scores
-from attention_src.validation import check_positive_int, check_same_dtype, check_tensor
+from attention_src.utils import place
+from attention_src.validation import (
+    check_positive_int,
+    check_same_device,
+    check_same_dtype,
+    check_tensor,
+)
 
 __all__ = [
     "Score", "AdditiveScore", "DotScore", "ScaledDotScore", "BilinearScore", "UniformScore",
@@ -48,6 +54,7 @@ class Score(nn.Module):
         check_tensor("query", query)
         check_tensor("key", key)
         check_same_dtype(query=query, key=key)
+        check_same_device(query=query, key=key)
         name = type(self).__name__
         if self.d_q is not None and query.shape[-1] != self.d_q:
             raise ValueError(
@@ -80,10 +87,13 @@ class AdditiveScore(Score):
     ``(d_a, d_q)``, and ``self.w_v.weight`` is ``w_v^T``, of shape ``(1, d_a)``; so the row form
     reads ``W_q.weight.T``, and the papers' column form ``w_v^T tanh(W_q^T q + W_k^T k)`` reads
     the stored weights as they are. For all pairs the score builds a
-    ``(..., L_q, L_k, d_a)`` tensor, ``d_a`` times the size of the scores.
+    ``(..., L_q, L_k, d_a)`` tensor, ``d_a`` times the size of the scores. ``device`` and
+    ``dtype`` (keywords) place the module after its weights are drawn on the CPU
+    (:func:`attention_src.utils.place`).
     """
 
-    def __init__(self, d_q: int, d_k: int, d_hidden: int):
+    def __init__(self, d_q: int, d_k: int, d_hidden: int, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.d_q = check_positive_int("d_q", d_q)
         self.d_k = check_positive_int("d_k", d_k)
@@ -91,6 +101,7 @@ class AdditiveScore(Score):
         self.W_q = nn.Linear(d_q, d_hidden, bias=False)
         self.W_k = nn.Linear(d_k, d_hidden, bias=False)
         self.w_v = nn.Linear(d_hidden, 1, bias=False)
+        place(self, device, dtype)
 
     def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         q = self.W_q(query).unsqueeze(-2)  # (..., L_q, d_a) -> (..., L_q, 1, d_a)
@@ -139,14 +150,17 @@ class BilinearScore(Score):
 
     ``self.W`` is a plain parameter of shape ``(d_q, d_k)``, stored as in the formula (not
     transposed, unlike an ``nn.Linear`` weight); the column form ``q^T W k`` uses the same ``W``.
+    ``device`` and ``dtype`` (keywords) as in :class:`AdditiveScore`.
     """
 
-    def __init__(self, d_q: int, d_k: int):
+    def __init__(self, d_q: int, d_k: int, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None):
         super().__init__()
         self.d_q = check_positive_int("d_q", d_q)
         self.d_k = check_positive_int("d_k", d_k)
         self.W = nn.Parameter(torch.empty(d_q, d_k))
         nn.init.xavier_uniform_(self.W)
+        place(self, device, dtype)
 
     def score(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         # (..., L_q, d_q) @ (d_q, d_k) -> (..., L_q, d_k); then @ (..., d_k, L_k) -> (..., L_q, L_k)

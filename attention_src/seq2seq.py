@@ -22,6 +22,11 @@ that output step ``i`` gives source position ``j``, and ``s_ij`` its score.
 * :func:`build_scored_seq2seq` builds chapter 2's bake-off models: an attention decoder with
   any scoring function, every part from its own seed, so that models differing only in the
   score start from the same encoder and decoder weights.
+
+Every module and builder here takes a ``device=`` keyword (the modules ``dtype=`` too): the
+weights are drawn on the CPU as without it and then moved (:func:`attention_src.utils.place`),
+so a seed gives the same weights on every device. Inputs go on the model's device (``src_len``
+may stay on the CPU).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attention_src.scoring import AdditiveScore, Attention, Score
 from attention_src.softmax import lengths_to_mask
+from attention_src.utils import place
 from attention_src.validation import check_positive_int
 
 __all__ = ["GRUEncoder", "ContextDecoder", "AttentionDecoder", "Seq2Seq", "build_gru_seq2seq",
@@ -59,7 +65,8 @@ class GRUEncoder(nn.Module):
     """
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int,
-                 bidirectional: bool = True, pad_id: int = 0):
+                 bidirectional: bool = True, pad_id: int = 0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         for name, v in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
                         ("hidden_dim", hidden_dim)):
@@ -67,6 +74,7 @@ class GRUEncoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
         self.output_dim = hidden_dim * (2 if bidirectional else 1)
+        place(self, device, dtype)
 
     def forward(self, src: torch.Tensor, src_len: torch.Tensor):
         _check_ids("src", src, 2)
@@ -98,12 +106,14 @@ class ContextDecoder(nn.Module):
     has_attention = False
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, context_dim: int,
-                 pad_id: int = 0):
+                 pad_id: int = 0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.init_state = nn.Linear(context_dim, hidden_dim)
         self.rnn = nn.GRU(embed_dim + context_dim, hidden_dim, batch_first=True)
         self.output = nn.Linear(hidden_dim + context_dim + embed_dim, vocab_size)
+        place(self, device, dtype)
 
     def forward(self, tgt_in, annotations, summary, src_len, state=None):
         emb = self.embedding(tgt_in)  # (B, L_t, e)
@@ -130,19 +140,22 @@ class AttentionDecoder(nn.Module):
 
     ``forward(tgt_in: (B, L_q), annotations: (B, L_k, d_k), summary: (B, d_k), src_len: (B,),
     state=None) -> (logits: (B, L_q, vocab_size), weights: (B, L_q, L_k), state: (B, d_q))``;
-    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``.
+    row ``i`` of ``weights`` holds ``alpha_i1 .. alpha_iL_k``. ``src_len`` must be on the
+    device of ``annotations`` (:class:`Seq2Seq` moves it there).
     """
 
     has_attention = True
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, context_dim: int,
-                 score: Score, pad_id: int = 0):
+                 score: Score, pad_id: int = 0, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.init_state = nn.Linear(context_dim, hidden_dim)
         self.attention = Attention(score)
         self.cell = nn.GRUCell(embed_dim + context_dim, hidden_dim)
         self.output = nn.Linear(hidden_dim + context_dim + embed_dim, vocab_size)
+        place(self, device, dtype)
 
     def forward(self, tgt_in, annotations, summary, src_len, state=None):
         emb = self.embedding(tgt_in)  # (B, L_t, e)
@@ -164,16 +177,20 @@ class Seq2Seq(nn.Module):
 
     ``forward(src: (B, L_k), src_len: (B,), tgt_in: (B, L_q)) -> (logits: (B, L_q,
     vocab_size), weights: (B, L_q, L_k) or None)``, teacher-forced: ``L_k`` source positions,
-    ``L_q`` output steps, ``weights[b, i, j] = alpha_ij``.
+    ``L_q`` output steps, ``weights[b, i, j] = alpha_ij``. ``src_len`` may be on the CPU (as
+    ``pack_padded_sequence`` wants it) or on the model's device.
     """
 
-    def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder):
+    def __init__(self, encoder: GRUEncoder, decoder: ContextDecoder | AttentionDecoder, *,
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
+        place(self, device, dtype)
 
     def forward(self, src, src_len, tgt_in):
         _check_ids("tgt_in", tgt_in, 2)
         annotations, summary = self.encoder(src, src_len)
+        src_len = src_len.to(annotations.device)  # it may be on the CPU, as packing wants it
         logits, weights, _ = self.decoder(tgt_in, annotations, summary, src_len)
         return logits, weights
 
@@ -186,6 +203,7 @@ class Seq2Seq(nn.Module):
         with torch.no_grad():
             check_positive_int("steps", steps)
             annotations, summary = self.encoder(src, src_len)
+            src_len = src_len.to(annotations.device)  # it may be on the CPU, as packing wants
             y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
             state, tokens, weights = None, [], []
             for _ in range(steps):
@@ -200,7 +218,8 @@ class Seq2Seq(nn.Module):
 
 def build_gru_seq2seq(
     vocab_size: int, embed_dim: int, hidden_dim: int, attention: bool,
-    decoder_hidden_dim: int | None = None, seed: int = 0, pad_id: int = 0,
+    decoder_hidden_dim: int | None = None, seed: int = 0, pad_id: int = 0, *,
+    device: str | torch.device | None = None,
 ) -> Seq2Seq:
     """A bidirectional-GRU encoder with a decoder that does or does not attend.
 
@@ -219,6 +238,8 @@ def build_gru_seq2seq(
         decoder_hidden_dim: the decoder GRU width ``d_q`` and, with attention, the additive
             score's hidden width ``d_a`` (default ``hidden_dim``).
         seed: ``torch.manual_seed`` before the parameters are created, so a seed fixes them.
+        device: where the model goes, after its weights are drawn on the CPU (the same
+            weights on every device).
 
     Returns:
         an untrained :class:`Seq2Seq`.
@@ -237,14 +258,14 @@ def build_gru_seq2seq(
     else:
         decoder = ContextDecoder(vocab_size, embed_dim, dec_dim, encoder.output_dim,
                                  pad_id=pad_id)
-    return Seq2Seq(encoder, decoder)
+    return place(Seq2Seq(encoder, decoder), device)
 
 
 def build_scored_seq2seq(
     src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, hidden_dim: int,
     make_score: Callable[[], Score], *, bidirectional: bool = True,
     decoder_hidden_dim: int | None = None, seeds: tuple[int, int, int] = (0, 1, 2),
-    pad_id: int = 0,
+    pad_id: int = 0, device: str | torch.device | None = None,
 ) -> Seq2Seq:
     """A GRU encoder and an :class:`AttentionDecoder` that scores with ``make_score()``.
 
@@ -264,6 +285,8 @@ def build_scored_seq2seq(
         bidirectional: whether the encoder reads the source both ways.
         decoder_hidden_dim: decoder GRU width ``d_q`` (default ``encoder.output_dim``).
         seeds: seeds of encoder, score and decoder.
+        device: where the model goes, after its weights are drawn on the CPU (the same
+            weights on every device).
 
     Returns:
         an untrained :class:`Seq2Seq`.
@@ -287,4 +310,4 @@ def build_scored_seq2seq(
     torch.manual_seed(seeds[2])
     decoder = AttentionDecoder(tgt_vocab_size, embed_dim, dec_dim, encoder.output_dim, score,
                                pad_id=pad_id)
-    return Seq2Seq(encoder, decoder)
+    return place(Seq2Seq(encoder, decoder), device)

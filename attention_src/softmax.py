@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from attention_src.validation import check_mask, check_positive_int, check_tensor
+from attention_src.validation import (
+    check_device,
+    check_mask,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+)
 
 __all__ = [
     "softmax", "masked_softmax", "lengths_to_mask", "causal_mask", "band_mask", "softmax_jacobian",
@@ -52,6 +58,7 @@ def masked_softmax(
     Args:
         scores: ``(..., L_q, L_k)`` floating point.
         mask: boolean, broadcastable to ``scores``, ``True`` = may attend; ``None`` = no mask.
+            On the device of ``scores`` (``ValueError`` naming both devices otherwise).
         dim: axis to normalise over.
         inplace: overwrite ``scores`` with the weights instead of allocating a new tensor of
             the same size. For inference only (it is refused while autograd records
@@ -64,6 +71,7 @@ def masked_softmax(
     check_tensor("scores", scores, min_rank=1)
     if mask is not None:
         check_mask(mask, scores.shape)
+        check_same_device(scores=scores, mask=mask)
     if inplace:
         if scores.requires_grad and torch.is_grad_enabled():
             raise ValueError("inplace=True needs scores that autograd does not record")
@@ -98,8 +106,9 @@ def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:
         max_len: the padded length ``L_k``.
 
     Returns:
-        mask: ``(..., max_len)`` boolean. For scores ``(B, L_q, L_k)`` and lengths ``(B,)``
-        use ``lengths_to_mask(valid_lens, L_k)[:, None, :]`` (one row, shared by every query).
+        mask: ``(..., max_len)`` boolean, on the device of ``valid_lens``. For scores
+        ``(B, L_q, L_k)`` and lengths ``(B,)`` use ``lengths_to_mask(valid_lens, L_k)[:, None,
+        :]`` (one row, shared by every query).
     """
     check_positive_int("max_len", max_len)
     if not isinstance(valid_lens, torch.Tensor):
@@ -115,13 +124,17 @@ def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:
     return positions < valid_lens.unsqueeze(-1)  # (..., 1) vs (max_len,) -> (..., max_len)
 
 
-def causal_mask(length_q: int, length_k: int | None = None) -> torch.Tensor:
+def causal_mask(
+    length_q: int, length_k: int | None = None, *, device: str | torch.device | None = None
+) -> torch.Tensor:
     """Causal (look-ahead) mask: query ``i`` may attend to keys ``j <= i``.
 
     Args:
         length_q: number of queries ``L_q``.
         length_k: number of keys ``L_k`` (default ``L_q``). With ``L_k > L_q`` the queries are
             aligned to the *end* of the keys, as when new tokens attend to a cache of old ones.
+        device: where to make the mask (a ``str`` or ``torch.device``); default PyTorch's
+            default device, the CPU unless changed.
 
     Returns:
         mask: ``(L_q, L_k)`` boolean, lower triangular for ``L_q == L_k``.
@@ -129,10 +142,15 @@ def causal_mask(length_q: int, length_k: int | None = None) -> torch.Tensor:
     length_k = length_q if length_k is None else length_k
     check_positive_int("length_q", length_q)
     check_positive_int("length_k", length_k)
-    return torch.ones(length_q, length_k, dtype=torch.bool).tril(diagonal=length_k - length_q)
+    device = check_device(device)
+    full = torch.ones(length_q, length_k, dtype=torch.bool, device=device)
+    return full.tril(diagonal=length_k - length_q)
 
 
-def band_mask(length: int, window: int, causal: bool = False) -> torch.Tensor:
+def band_mask(
+    length: int, window: int, causal: bool = False, *,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
     """Banded (windowed, "truncated") self-attention mask: each query sees only nearby keys.
 
     Query ``i`` may attend to key ``j`` when ``|i - j| < window``: itself and ``window - 1``
@@ -144,6 +162,8 @@ def band_mask(length: int, window: int, causal: bool = False) -> torch.Tensor:
         length: sequence length ``L`` (self-attention: ``L_q = L_k = L``).
         window: positive int; ``window >= L`` keeps every key (causal: every earlier key).
         causal: also block the keys after the query.
+        device: where to make the mask (a ``str`` or ``torch.device``); default PyTorch's
+            default device, the CPU unless changed.
 
     Returns:
         mask: ``(L, L)`` boolean, ``True`` = may attend.
@@ -157,10 +177,11 @@ def band_mask(length: int, window: int, causal: bool = False) -> torch.Tensor:
         )
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    device = check_device(device)
     # |i - j| < window  <=>  -(window - 1) <= j - i <= window - 1: a band of diagonals, built
     # on one boolean (L, L) tensor (no int64 (L, L) temporaries for i - j)
     upper = 0 if causal else window - 1
-    full = torch.ones(length, length, dtype=torch.bool)
+    full = torch.ones(length, length, dtype=torch.bool, device=device)
     return full.triu(-(window - 1)).tril(upper)  # (L, L)
 
 

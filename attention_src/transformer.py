@@ -32,9 +32,11 @@ import torch
 from torch import nn
 
 from attention_src.multihead import MultiHeadAttention, to_torch_multihead
+from attention_src.utils import place
 from attention_src.validation import (
     check_mask,
     check_positive_int,
+    check_same_device,
     check_same_dtype,
     check_tensor,
 )
@@ -104,6 +106,12 @@ class _Block(nn.Module):
             raise ValueError(
                 f"x must have embed_dim = {self.embed_dim} features, got shape {tuple(x.shape)}"
             )
+        device = self.linear1.weight.device
+        if x.device != device:
+            raise ValueError(
+                f"x is on {x.device} but the block's parameters are on {device}; move one of "
+                f"them, e.g. block.to('{x.device}')"
+            )
         dtype = self.linear1.weight.dtype
         if x.dtype != dtype:
             raise TypeError(
@@ -142,6 +150,9 @@ class EncoderBlock(_Block):
             ``True``: ``x = x + sublayer(norm(x))`` (pre-norm).
         activation: ``"relu"`` or ``"gelu"`` (the exact, erf-based GELU).
         layer_norm_eps: the ``eps`` of both layer norms.
+        device, dtype: keywords; where the block goes and its floating dtype, applied after
+            the weights are drawn on the CPU (:func:`attention_src.utils.place`): a seed gives
+            the same weights on every device. Inputs and masks must be on the block's device.
 
     ``forward(x: (B, L, E), mask=None) -> (B, L, E)``. ``mask`` is boolean, ``True`` = may
     attend, broadcastable to ``(B, L, L)``: ``(L, L)`` (e.g. :func:`~attention_src.causal_mask`),
@@ -158,9 +169,13 @@ class EncoderBlock(_Block):
         norm_first: bool = False,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ):
         super().__init__(embed_dim, num_heads, ff_dim, dropout, norm_first, activation,
                          layer_norm_eps)
+        place(self, device, dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x: (B, L, E)``, ``mask``: boolean broadcastable to ``(B, L, L)`` or ``None`` ->
@@ -203,6 +218,9 @@ class DecoderBlock(_Block):
         norm_first: bool = False,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ):
         super().__init__(embed_dim, num_heads, ff_dim, dropout, norm_first, activation,
                          layer_norm_eps)
@@ -210,6 +228,7 @@ class DecoderBlock(_Block):
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
         self.norm3 = nn.LayerNorm(embed_dim, eps=layer_norm_eps)
         self.dropout3 = nn.Dropout(dropout)  # on the feed-forward sublayer's output
+        place(self, device, dtype)
 
     def _check_memory(self, x: torch.Tensor, memory: torch.Tensor) -> None:
         check_tensor("memory", memory, min_rank=3)
@@ -226,6 +245,7 @@ class DecoderBlock(_Block):
                 f"{tuple(memory.shape)}"
             )
         check_same_dtype(x=x, memory=memory)
+        check_same_device(x=x, memory=memory)
 
     def _ca_block(self, x: torch.Tensor, memory: torch.Tensor,
                   memory_mask: torch.Tensor | None) -> torch.Tensor:

@@ -10,7 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["set_seed", "count_parameters", "DEVICE_ENV", "pick_device"]
+from attention_src.validation import check_device
+
+__all__ = ["set_seed", "count_parameters", "DEVICE_ENV", "pick_device", "place",
+           "module_device"]
 
 
 def set_seed(seed: int) -> None:
@@ -36,6 +39,37 @@ def set_seed(seed: int) -> None:
 def count_parameters(module: nn.Module) -> int:
     """Number of trainable parameters (elements) of ``module``."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def place(module: nn.Module, device: str | torch.device | None = None,
+          dtype: torch.dtype | None = None) -> nn.Module:
+    """Move a freshly built ``module`` to ``device`` and convert it to ``dtype``, in place.
+
+    The modules of the package take ``device=`` and ``dtype=`` keyword arguments and call
+    this at the end of their ``__init__``: the parameters are drawn on the CPU, from the
+    CPU generator, exactly as without the arguments, and then moved, so a seed gives the
+    same initial weights on every device. ``None`` leaves the device (or dtype) as built.
+
+    Raises ``TypeError`` for a ``device`` that is not a ``str`` or ``torch.device``, or a
+    ``dtype`` that is not a floating ``torch.dtype``; ``ValueError`` for a string that names
+    no device.
+    """
+    device = check_device(device)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    if device is not None or dtype is not None:
+        module.to(device=device, dtype=dtype)
+    return module
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of ``module``'s first parameter, or of its first buffer; the CPU for a
+    module with neither. The training loops move their batches there."""
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device("cpu")
 
 
 #: The environment variable that overrides :func:`pick_device`, e.g. ``ATTENTION_DEVICE=cpu``.

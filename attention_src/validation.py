@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_tensor", "check_same_dtype", "check_mask", "check_positive_int"]
+__all__ = ["check_tensor", "check_same_dtype", "check_mask", "check_positive_int",
+           "check_device", "check_same_device"]
 
 
 def check_tensor(name: str, x: object, min_rank: int = 2) -> torch.Tensor:
@@ -70,3 +71,35 @@ def check_positive_int(name: str, value: object) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return value
+
+
+def check_device(device: object, name: str = "device") -> torch.device | None:
+    """Require ``None`` (PyTorch's default device) or a device given as a ``str`` or a
+    ``torch.device``; return it as a ``torch.device`` (``None`` unchanged).
+
+    Raises ``TypeError`` naming the type of anything else (an ``int`` index too: write
+    ``"cuda:0"``), ``ValueError`` for a string that names no device.
+    """
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"{name} must be a str or a torch.device (e.g. 'cpu', 'cuda'), "
+            f"got {type(device).__name__}"
+        )
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"{name}={device!r} is not a device name: {err}") from None
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> None:
+    """Require every keyword tensor (``None`` entries are skipped) to live on one device.
+
+    Raises ``ValueError`` naming each tensor and its device, e.g. ``query: cuda:0, mask: cpu``
+    (PyTorch's own error comes later, from deep inside an operation).
+    """
+    devices = {name: t.device for name, t in tensors.items() if isinstance(t, torch.Tensor)}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{n}: {d}" for n, d in devices.items())
+        raise ValueError(f"inputs must be on one device, got {listed}")

@@ -32,11 +32,13 @@ def _check_window(window: object, causal: object) -> None:
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
 
 
-def _band_validity(length: int, window: int, causal: bool) -> torch.Tensor:
-    """``(L, span)`` boolean: ``True`` where band column ``t`` of query ``i`` is a real key."""
+def _band_validity(length: int, window: int, causal: bool,
+                   device: torch.device | None = None) -> torch.Tensor:
+    """``(L, span)`` boolean on ``device``: ``True`` where band column ``t`` of query ``i`` is a
+    real key."""
     span = window if causal else 2 * window - 1
-    i = torch.arange(length).unsqueeze(1)  # (L, 1): query positions
-    t = torch.arange(span).unsqueeze(0)  # (1, span): columns of the band
+    i = torch.arange(length, device=device).unsqueeze(1)  # (L, 1): query positions
+    t = torch.arange(span, device=device).unsqueeze(0)  # (1, span): columns of the band
     j = i - (window - 1) + t  # (L, span): the key each column holds
     return (j >= 0) & (j < length)
 
@@ -65,7 +67,7 @@ def windowed_attention(
         scale: multiplies the scores; default ``1 / sqrt(d_k)``.
 
     Returns:
-        output: ``(..., L, d_v)``.
+        output: ``(..., L, d_v)``, on the device of the inputs (all three share one).
         weights: ``(..., L, span)`` in band layout, ``span = 2 * window - 1`` (``window`` when
         ``causal``); column ``t`` of query ``i`` is key ``i - (window - 1) + t``, and columns
         that fall outside ``0 .. L - 1`` have weight 0. :func:`band_to_dense` gives ``(L, L)``.
@@ -89,7 +91,7 @@ def windowed_attention(
     value_win = value_pad.unfold(-2, span, 1)  # (..., L, d_v, span)
     # (..., L, 1, d_k) @ (..., L, d_k, span) -> (..., L, 1, span) -> (..., L, span)
     scores = ((query * scale).unsqueeze(-2) @ key_win).squeeze(-2)
-    valid = _band_validity(length, window, causal).to(query.device)  # (L, span)
+    valid = _band_validity(length, window, causal, query.device)  # (L, span)
     weights = masked_softmax(scores, valid)  # (..., L, span)
     # (..., L, d_v, span) @ (..., L, span, 1) -> (..., L, d_v, 1) -> (..., L, d_v)
     output = (value_win @ weights.unsqueeze(-1)).squeeze(-1)
@@ -105,8 +107,8 @@ def band_to_dense(weights: torch.Tensor, window: int, causal: bool = False) -> t
         window, causal: the arguments the weights were computed with.
 
     Returns:
-        ``(..., L, L)``: entry ``[i, j]`` is the weight of query ``i`` on key ``j``, zero
-        outside the band.
+        ``(..., L, L)`` on the device of ``weights``: entry ``[i, j]`` is the weight of query
+        ``i`` on key ``j``, zero outside the band.
     """
     _check_window(window, causal)
     if not isinstance(weights, torch.Tensor) or weights.dim() < 2:
@@ -118,9 +120,10 @@ def band_to_dense(weights: torch.Tensor, window: int, causal: bool = False) -> t
             f"band of window={window}, causal={causal}"
         )
     length = weights.shape[-2]
-    valid = _band_validity(length, window, causal)  # (L, span)
-    i = torch.arange(length).unsqueeze(1)  # (L, 1)
-    j = i - (window - 1) + torch.arange(span)  # (L, span): key index of each column
+    device = weights.device
+    valid = _band_validity(length, window, causal, device)  # (L, span)
+    i = torch.arange(length, device=device).unsqueeze(1)  # (L, 1)
+    j = i - (window - 1) + torch.arange(span, device=device)  # (L, span): key of each column
     j = j.clamp(0, length - 1)  # out-of-range columns carry weight 0; park them anywhere valid
     dense = weights.new_zeros(*weights.shape[:-1], length)  # (..., L, L)
     source = weights * valid  # (..., L, span), zero outside the sequence

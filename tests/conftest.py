@@ -9,6 +9,7 @@ shapes and seeds, and drawing stays fast (no element-by-element lists).
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -26,6 +27,21 @@ PROPERTY = settings(
 
 #: Tolerances per dtype for "equal to a reference computed differently".
 TOL = {torch.float32: {"atol": 1e-5, "rtol": 0.0}, torch.float64: {"atol": 1e-10, "rtol": 0.0}}
+
+#: The device types the device-parametrised tests run on: the CPU always, CUDA when PyTorch
+#: sees a GPU (on a machine without one the ``cuda`` cases are reported as skipped).
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="CUDA is not available on this machine")),
+]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    """Each device type in turn: ``"cpu"``, then ``"cuda"`` (skipped without a GPU)."""
+    return request.param
+
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
 batch_shapes = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)
