@@ -187,3 +187,11 @@ def test_file_sha256_agrees_with_hashlib_on_a_file_larger_than_one_block(tmp_pat
     path = tmp_path / "big.bin"
     path.write_bytes(os.urandom((1 << 20) + 12345))
     assert saved.file_sha256(path) == _sha256(path)
+
+
+def test_blank_lines_in_the_manifest_are_ignored(copy):
+    manifest = copy / "SHA256SUMS"
+    before = _manifest(copy)
+    manifest.write_text("\n" + manifest.read_text().replace("\n", "\n\n", 1) + "  \n")
+    assert saved.checksums(copy) == before
+    assert saved.saved_path("ch01_models.pt", folder=copy).is_file()
