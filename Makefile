@@ -4,6 +4,7 @@
 #                 then build the site and check it in headless Chromium, offline
 #   make execute  re-execute notebooks in place (all in _toc.yml, or NB=book/xx.ipynb)
 #   make bench    run benchmarks/ (ratios against PyTorch, measured in the same run)
+#   make wheel    build the package's wheel (attention_src with its saved data) in _build/dist
 #   make mutate   mutation testing of attention_src (mutmut; MODULE=training restricts it)
 #   make serve    serve the built site on http://127.0.0.1:8000
 SHELL := /bin/bash
@@ -32,10 +33,10 @@ NB ?= $(NOTEBOOKS)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
          --nbval-cell-timeout=300 -p tests.nbtiming -p tests.nbkernel
 
-.PHONY: help install book test lint unit nbtest site-test execute bench mutate serve lock clean
+.PHONY: help install book test lint unit nbtest site-test execute bench wheel mutate serve lock clean
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# //'
+	@sed -n '2,10p' Makefile | sed 's/^# //'
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -92,6 +93,18 @@ execute: $(STAMP)
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done
+
+# The wheel, with the standard tools (python -m build, pinned in requirements.txt), from a copy
+# of what it is built from: setuptools writes build/ and *.egg-info next to its input.
+# tests/test_wheel.py builds it the same way, installs it in a fresh environment and runs
+# three chapters with it.
+wheel: $(STAMP)
+	rm -rf _build/wheel-src _build/dist
+	mkdir -p _build/wheel-src
+	cp -r pyproject.toml README.md LICENSE attention_src _build/wheel-src/
+	$(PY) -m build --wheel --no-isolation --outdir _build/dist _build/wheel-src
+	rm -rf _build/wheel-src
+	@ls -l _build/dist
 
 # Mutation testing (on demand, not in `make test`: minutes per module, hours for the package).
 # mutmut copies attention_src/ and tests/ into mutants/ (settings in pyproject.toml), plants

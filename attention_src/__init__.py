@@ -85,7 +85,7 @@ from attention_src.utils import count_parameters, set_seed
 # Every figure of the book: Okabe-Ito colour cycle, viridis images (see plotting.py).
 apply_book_style()
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AdditiveScore",
