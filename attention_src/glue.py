@@ -4,7 +4,8 @@ Inside the book's build, this is MyST-NB's ``myst_nb.glue``: the value is record
 cell's output and the page's prose shows it where it says ``{glue:text}`name```. A chapter
 run anywhere else (plain Jupyter, Colab, a downloaded notebook) has no MyST-NB; there
 ``glue(name, value)`` shows the value the way the cell's last expression would, and
-``glue(name, value, display=False)`` does nothing, so the chapter runs unchanged.
+``glue(name, value, display=False)`` does nothing, so the chapter runs unchanged (in a plain
+Python script, without IPython, the value is printed).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def glue(name: str, variable: object, display: bool = True) -> None:
     if myst_glue is not None:
         myst_glue(name, variable, display=display)
     elif display:
-        from IPython.display import display as show
-
+        try:
+            from IPython.display import display as show
+        except ImportError:  # a plain Python script: no notebook to show it in
+            show = print
         show(variable)
