@@ -139,7 +139,10 @@ def test_nbval_with_the_plugin_counts_the_kernels_work_not_its_sleep(tmp_path):
                     "start = time.process_time()\n"
                     "while time.process_time() - start < 1.0:\n    pass")]
     nbformat.write(nb, tmp_path / "timing.ipynb")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # the book's root first, then whatever path this run already has (packages installed
+    # beside the interpreter's, as on a machine that carries its own)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
          "--nbval", "--nbval-current-env", "-p", "tests.nbtiming", "-p", "tests.nbkernel",
