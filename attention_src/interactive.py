@@ -558,20 +558,20 @@ RENDERER_JS = r"""
       var mark = tokens(box, d.tokens, select), show = rowView(box, d.tokens);
       function select(i) {
         mark(i); show(i, d.weights[i], d.outputs ? d.outputs[i] : null);
-        box.setAttribute("data-query", String(i));
+        box.parentNode.setAttribute("data-query", String(i));
       }
       select(d.query);
     },
     softmax_temperature: function (box, d) {
-      var dd = readout(box, [["parameter", d.parameter]]);
       slider(box, d.parameter, d.temperatures.length, select, d.start);
+      var dd = readout(box, [["parameter", "value of " + d.parameter]]);
       var draw = bars(box, d.labels);
       var dd2 = readout(box, [["max", "largest weight"]]);
       function select(t) {
         dd.parameter.textContent = fmt(d.temperatures[t]);
         draw(d.weights[t]);
         dd2.max.textContent = fmt(Math.max.apply(null, d.weights[t]));
-        box.setAttribute("data-step", String(t));
+        box.parentNode.setAttribute("data-step", String(t));
       }
       select(d.start);
     },
@@ -601,7 +601,7 @@ RENDERER_JS = r"""
         dd.rescale.textContent = s.rescale === null ? "\u2014 (first block)" : fmt(s.rescale);
         dd.output.textContent = vec(s.output);
         dd.error.textContent = s.error === 0 ? "< 1e-12" : s.error.toExponential(1);
-        box.setAttribute("data-step", String(b));
+        box.parentNode.setAttribute("data-step", String(b));
       }
       select(0);
     },
@@ -632,9 +632,9 @@ RENDERER_JS = r"""
         show(query, w[query], null);
         info.head.textContent = "layer " + (layer + 1) + " of " + d.weights.length +
           ", head " + (head + 1) + " of " + d.weights[0].length;
-        box.setAttribute("data-layer", String(layer));
-        box.setAttribute("data-head", String(head));
-        box.setAttribute("data-query", String(query));
+        box.parentNode.setAttribute("data-layer", String(layer));
+        box.parentNode.setAttribute("data-head", String(head));
+        box.parentNode.setAttribute("data-query", String(query));
       }
       update();
     }
