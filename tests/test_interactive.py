@@ -1,0 +1,299 @@
+"""attention_src.interactive: each figure's data against an independent NumPy computation,
+its HTML (escaping, structure), its static fallback, bad input and determinism. The browser
+side is tests/test_interactive_browser.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+import torch
+
+from attention_src import interactive as I
+from attention_src.plotting import unlabelled_axes
+from tests.toc import ROOT
+
+TOKENS = ["the", "cat", "<b>", "sat", "on", "mat"]
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _weights(seed: int, *shape: int) -> np.ndarray:
+    return _softmax(np.random.default_rng(seed).normal(size=shape) * 2)
+
+
+class _Parts(HTMLParser):
+    """The outer div's attributes, the JSON script's text and the renderer script's text."""
+
+    def __init__(self):
+        super().__init__()
+        self.divs, self.scripts, self._attrs = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "div":
+            self.divs.append(dict(attrs))
+        if tag == "script":
+            self._attrs = dict(attrs)
+
+    def handle_data(self, data):
+        if self._attrs is not None:
+            self.scripts.append((self._attrs, data))
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._attrs = None
+
+
+def _parts(html_text: str) -> _Parts:
+    p = _Parts()
+    p.feed(html_text)
+    return p
+
+
+def _close(got, want, digits=I.DIGITS):
+    """Equal up to the rounding to ``digits`` decimals of the shown numbers."""
+    np.testing.assert_allclose(np.asarray(got, dtype=float), want, rtol=0,
+                               atol=0.5 * 10 ** -digits + 1e-12)
+
+
+# ------------------------------------------------------------------------ attention_explorer
+
+
+def test_explorer_payload_matches_inputs_and_weighted_sums():
+    w = _weights(0, 6, 6)
+    v = np.random.default_rng(1).normal(size=(6, 3))
+    fig = I.attention_explorer(TOKENS, torch.from_numpy(w), v, query=2)
+    p = fig.payload
+    assert p["tokens"] == TOKENS and p["query"] == 2
+    _close(p["weights"], w)
+    _close(p["outputs"], w @ v)
+    # rounded as shown: three decimals, no -0.0
+    flat = np.asarray(p["outputs"]).ravel().tolist() + np.asarray(p["weights"]).ravel().tolist()
+    assert all(round(x, 3) == x for x in flat)
+    assert all(math.copysign(1, x) == 1 for x in flat if x == 0)
+    assert json.loads(fig.json()) == p
+
+
+def test_explorer_without_values_has_no_outputs():
+    fig = I.attention_explorer(TOKENS[:2], [[1.0, 0.0], [0.25, 0.75]])
+    assert fig.payload["outputs"] is None
+    assert fig.payload["weights"] == [[1.0, 0.0], [0.25, 0.75]]
+
+
+def test_rounding_writes_no_negative_zero():
+    fig = I.attention_explorer(["a", "b"], np.eye(2), [[-1e-9, 0.0], [2.0, -0.0004]])
+    assert fig.payload["outputs"] == [[0.0, 0.0], [2.0, 0.0]]
+    assert "-0.0" not in fig.json()
+
+
+def test_html_structure_and_escaping():
+    fig = I.attention_explorer(TOKENS + ["</script>", "a&b"], _weights(2, 8, 8),
+                               alt='Weights of "each" token <over> the sentence')
+    text = fig.to_html()
+    assert "<b>" not in text and "</script><" not in text.replace(
+        "</script><script data-interactive-renderer>", "").replace("</script></div>", "")
+    parts = _parts(text)
+    outer = parts.divs[0]
+    assert outer["data-interactive"] == "attention_explorer"
+    assert outer["role"] == "figure"
+    assert outer["aria-label"] == 'Weights of "each" token <over> the sentence'
+    (json_attrs, json_text), (js_attrs, js_text) = parts.scripts
+    assert json_attrs == {"type": "application/json"}
+    assert json.loads(json_text)["tokens"] == TOKENS + ["</script>", "a&b"]
+    assert "data-interactive-renderer" in js_attrs and js_text == I.RENDERER_JS
+    assert len(_parts(fig.to_html(include_script=False)).scripts) == 1
+
+
+def test_mimebundle_has_html_png_and_text():
+    fig = I.attention_explorer(TOKENS, _weights(3, 6, 6))
+    bundle, meta = fig._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "image/png", "text/plain"}
+    assert bundle["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
+    assert meta["image/png"]["width"] > 100 and meta["image/png"]["height"] > 100
+    assert bundle["text/plain"] == repr(fig) == f"<attention_explorer: {fig.alt}>"
+    assert fig.alt.startswith("Interactive figure:")
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"tokens": "the cat"}, TypeError, "sequence of str"),
+    ({"tokens": ["a", 1]}, TypeError, "all be str"),
+    ({"tokens": [str(i) for i in range(33)]}, ValueError, "1 to 32"),
+    ({"weights": np.full((6, 5), 0.2)}, ValueError, r"\(L, L\) = \(6, 6\)"),
+    ({"weights": np.full((6,), 1 / 6)}, ValueError, "2 dimensions"),
+    ({"weights": np.full((6, 6), np.nan)}, ValueError, "finite"),
+    ({"weights": np.full((6, 6), 0.2)}, ValueError, "sum to 1"),
+    ({"weights": np.eye(6) * 2 - np.roll(np.eye(6), 1, axis=1)}, ValueError, r"\[0, 1\]"),
+    ({"weights": "weights"}, TypeError, "tensor, array or list"),
+    ({"weights": [["a"] * 6] * 6}, TypeError, "real numbers"),
+    ({"weights": torch.ones(6, 6, dtype=torch.bool)}, TypeError, "real numbers"),
+    ({"values": np.ones((5, 2))}, ValueError, "values must have shape"),
+    ({"values": np.ones((6, 9))}, ValueError, "d_v <= 8"),
+    ({"values": np.full((6, 2), np.inf)}, ValueError, "values must be finite"),
+    ({"query": 6}, ValueError, "query must be an int"),
+    ({"query": True}, ValueError, "query must be an int"),
+    ({"weights": np.zeros((6, 0))}, ValueError, "empty"),
+])
+def test_explorer_rejects_bad_input(kwargs, error, match):
+    args = {"tokens": TOKENS, "weights": _weights(4, 6, 6)} | kwargs
+    with pytest.raises(error, match=match):
+        I.attention_explorer(**args)
+
+
+# ------------------------------------------------------------------------ softmax_temperature
+
+
+def test_temperature_weights_are_softmax_of_scaled_scores():
+    s = np.array([2.0, -1.0, 0.5, 3.0])
+    temps = [0.25, 0.5, 1.0, 2.0, 8.0]
+    fig = I.softmax_temperature(torch.from_numpy(s), temps, parameter="sqrt(d_k)")
+    p = fig.payload
+    assert p["labels"] == ["key 1", "key 2", "key 3", "key 4"]
+    assert p["temperatures"] == temps and p["parameter"] == "sqrt(d_k)"
+    assert p["start"] == 2  # the divisor closest to 1
+    _close(p["weights"], np.stack([_softmax(s / t) for t in temps]))
+    # a large divisor flattens the weights, a small one sharpens them
+    assert max(p["weights"][-1]) < max(p["weights"][2]) < max(p["weights"][0])
+
+
+def test_temperature_labels_and_start():
+    fig = I.softmax_temperature([1.0, 0.0], [1.0, 2.0], labels=["x", "y"], start=1)
+    assert fig.payload["labels"] == ["x", "y"] and fig.payload["start"] == 1
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"temperatures": [1.0, 0.0]}, ValueError, "positive"),
+    ({"temperatures": np.ones(102)}, ValueError, "1 to 101"),
+    ({"temperatures": [1.0, np.nan]}, ValueError, "finite"),
+    ({"scores": [[1.0, 2.0]]}, ValueError, "1 dimensions"),
+    ({"labels": ["a", "b"]}, ValueError, "name the 3 scores"),
+    ({"parameter": ""}, TypeError, "parameter"),
+    ({"start": 5}, ValueError, "start must be"),
+])
+def test_temperature_rejects_bad_input(kwargs, error, match):
+    args = {"scores": [1.0, 2.0, 3.0], "temperatures": [0.5, 1.0, 2.0]} | kwargs
+    with pytest.raises(error, match=match):
+        I.softmax_temperature(**args)
+
+
+# ----------------------------------------------------------------------- online_softmax_steps
+
+
+def test_online_steps_follow_the_streaming_statistics():
+    rng = np.random.default_rng(5)
+    x, v, block = rng.normal(size=10) * 3, rng.normal(size=(10, 2)), 3
+    p = I.online_softmax_steps(x, v, block).payload
+    exact = _softmax(x) @ v
+    _close(p["exact"], exact)
+    _close(p["scores"], x)
+    assert [(s["start"], s["stop"]) for s in p["steps"]] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    m_old = None
+    for step in p["steps"]:
+        seen = x[:step["stop"]]
+        m = seen.max()
+        _close(step["max"], m)
+        _close(step["sum"], np.exp(seen - m).sum())
+        _close(step["output"], _softmax(seen) @ v[:step["stop"]])
+        err = np.abs(_softmax(seen) @ v[:step["stop"]] - exact).max()
+        if step["stop"] < 10:
+            assert step["error"] == pytest.approx(err, rel=0.05)
+        if m_old is None:
+            assert step["rescale"] is None
+        else:
+            _close(step["rescale"], math.exp(m_old - m))
+        m_old = m
+    assert p["steps"][-1]["error"] == 0.0  # below 1e-12: the exact output
+    assert p["steps"][-1]["output"] == p["exact"]
+
+
+def test_online_one_block_is_one_step():
+    p = I.online_softmax_steps([1.0, 2.0], [[1.0], [0.0]], 5).payload
+    assert len(p["steps"]) == 1 and p["steps"][0]["stop"] == 2
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"block": 0}, ValueError, "positive"),
+    ({"block": True}, TypeError, "block must be an int"),
+    ({"block": 2.0}, TypeError, "block must be an int"),
+    ({"values": np.ones((3, 2))}, ValueError, "n <= 32"),
+    ({"values": np.ones((4, 9))}, ValueError, "d_v <= 8"),
+    ({"scores": np.ones(33), "values": np.ones((33, 1))}, ValueError, "n <= 32"),
+    ({"scores": [1.0, np.inf, 0.0, 0.0]}, ValueError, "finite"),
+])
+def test_online_rejects_bad_input(kwargs, error, match):
+    args = {"scores": [1.0, 2.0, 0.0, -1.0], "values": np.ones((4, 2)), "block": 2} | kwargs
+    with pytest.raises(error, match=match):
+        I.online_softmax_steps(**args)
+
+
+# ------------------------------------------------------------------------------ head_explorer
+
+
+def test_head_explorer_payload():
+    w = _weights(6, 2, 3, 4, 4)
+    fig = I.head_explorer(TOKENS[:4], w)
+    assert fig.payload["tokens"] == TOKENS[:4]
+    _close(fig.payload["weights"], w)
+    assert "2 layers with 3 heads" in fig.alt
+
+
+@pytest.mark.parametrize("weights, match", [
+    (np.full((2, 2, 4, 3), 1 / 3), r"\(layers, heads, 4, 4\)"),
+    (np.full((5, 4, 4, 4), 0.25), "layers \\* heads <= 16"),
+    (np.full((4, 4, 4), 0.25), "4 dimensions"),
+    (np.full((1, 1, 4, 4), 0.3), "sum to 1"),
+])
+def test_head_explorer_rejects_bad_input(weights, match):
+    with pytest.raises(ValueError, match=match):
+        I.head_explorer(TOKENS[:4], weights)
+
+
+# ----------------------------------------------------------------------- every figure at once
+
+
+def _all_figures():
+    rng = np.random.default_rng(7)
+    return [
+        I.attention_explorer(TOKENS, _weights(8, 6, 6), rng.normal(size=(6, 2))),
+        I.softmax_temperature(rng.normal(size=12), [0.1, 1.0, 3.0]),
+        I.online_softmax_steps(rng.normal(size=7), rng.normal(size=(7, 3)), 2),
+        I.head_explorer(TOKENS[:3], _weights(9, 2, 2, 3, 3)),
+    ]
+
+
+def test_static_fallbacks_have_labelled_axes_and_fit_the_page():
+    for fig in _all_figures():
+        static = fig.static_figure()
+        assert unlabelled_axes(static) == [], fig.name
+        assert static.get_figwidth() <= I.MAX_FIGURE_WIDTH + 0.8 + 1e-9
+        assert fig.png()[0] is fig.png()[0]  # drawn once
+
+
+def test_output_is_deterministic():
+    first, second = _all_figures(), _all_figures()
+    for a, b in zip(first, second, strict=True):
+        assert a._repr_mimebundle_() == b._repr_mimebundle_()
+
+
+def test_figure_needs_a_known_renderer_and_an_alt_text():
+    with pytest.raises(ValueError, match="no renderer"):
+        I.InteractiveFigure("scatter", {}, "Interactive figure: nothing", lambda f: None, (1, 1))
+    with pytest.raises(ValueError, match="alt must be"):
+        I.InteractiveFigure("head_explorer", {}, "short", lambda f: None, (1, 1))
+
+
+def test_renderer_is_small_offline_and_the_site_copy_is_current(tmp_path):
+    js = I.RENDERER_JS
+    assert len(js.encode()) < 12_000
+    for word in ("http:", "https:", "fetch(", "XMLHttpRequest", "import(", "innerHTML", "eval("):
+        assert word not in js, word
+    for name in I._NAMES:
+        assert f"{name}: function" in js
+    assert (ROOT / "_static" / "interactive.js").read_text(encoding="utf-8") == js
+    out = I.write_site_script(tmp_path / "interactive.js")
+    assert out.read_text(encoding="utf-8") == js
