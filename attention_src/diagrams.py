@@ -567,8 +567,6 @@ def _block(kind: str, norm_first: bool) -> Diagram:
     y -= step
     nodes.append(Node("out", "output", "output", cx, y, w=1.2))
     edges.append(Edge(last, "out"))
-    block_ids = tuple(n.id for n in nodes if n.id not in ("x", "out")) + tuple(
-        n.id for n in side_nodes if n.id == "mask")
     # move everything up so that the output sits at the bottom margin
     shift = 0.35 - (y - 0.225)
     nodes = [Node(n.id, n.label, n.role, n.x, n.y + shift, n.w, n.h)
@@ -584,8 +582,6 @@ def _block(kind: str, norm_first: bool) -> Diagram:
     name = f"{kind}_block_{'pre' if norm_first else 'post'}_norm"
     alt = (f"Diagram: a Transformer {kind} block, {order}: {what}, each sublayer wrapped in a "
            "residual path that carries its input around it to a sum.")
-    regions = (Region(r"$\times N$", block_ids, style="repeat", pad=0.15),)
-    del regions  # the repeat box would cover the residual lanes; named in the alt instead
     return Diagram(name, tuple(nodes), tuple(edges), alt=alt, height=round(height, 2))
 
 
