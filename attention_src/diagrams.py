@@ -40,7 +40,8 @@ __all__ = [
     "ROLES", "ROLE_STYLE", "Node", "Edge", "Region", "Diagram", "role_colours",
     "render", "to_svg", "layout_problems", "DiagramView", "BUILDERS",
     "scaled_dot_product_graph", "multi_head", "encoder_block", "decoder_block",
-    "self_attention_projections", "soft_lookup", "rnn_encoder_decoder",
+    "self_attention_projections", "soft_lookup", "rnn_encoder_decoder", "band_window",
+    "flash_tiling", "kv_cache_growth", "node_neighbourhood",
 ]
 
 #: Every role a box can have; one colour (and fill) per role, the same in every diagram.
@@ -256,7 +257,8 @@ class Diagram:
 
     def labels(self) -> list[str]:
         """Every text the diagram draws: node, edge and region labels."""
-        return ([n.label for n in self.nodes] + [e.label for e in self.edges if e.label]
+        return ([n.label for n in self.nodes if n.label]
+                + [e.label for e in self.edges if e.label]
                 + [r.label for r in self.regions])
 
 
@@ -696,6 +698,132 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
                    height=3.35)
 
 
+def band_window(length: int = 8, window: int = 2, causal: bool = False) -> Diagram:
+    """Chapter 4: a band window over the ``(L, L)`` score grid: query ``i`` (rows, down) may
+    attend to key ``j`` (columns, across) when ``|i - j| < window`` (and ``j <= i`` when
+    ``causal``), the rule of :func:`attention_src.softmax.band_mask`. Cells inside the band
+    have the weights' colour, cells outside the mask's hatching."""
+    if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= 8:
+        raise ValueError(f"length must be an int from 2 to 8 (cells that fit), got {length!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    cell, x0 = 0.36, 0.9
+    top = 0.3 + cell * length + 0.2
+    nodes = []
+    for j in range(length):
+        nodes.append(Node(f"k{j}", f"$k_{j + 1}$", "key",
+                          x0 + cell * (j + 0.5), top + 0.2, w=cell - 0.04, h=0.34))
+    for i in range(length):
+        y = top - cell * (i + 0.5) - 0.05
+        nodes.append(Node(f"q{i}", f"$q_{i + 1}$", "query",
+                          x0 - 0.3, y, w=0.36, h=cell - 0.04))
+        for j in range(length):
+            inside = abs(i - j) < window and (j <= i or not causal)
+            nodes.append(Node(f"c{i}_{j}", "", "weights" if inside else "mask",
+                              x0 + cell * (j + 0.5), y, w=cell - 0.04, h=cell - 0.04))
+    band = "|i - j| < " + str(window) + (", j <= i" if causal else "")
+    band_tex = "$|i - j| < " + str(window) + (r",\ j \leq i" if causal else "") + "$"
+    nodes.append(Node("note", "query $i$ sees\nkey $j$ when\n" + band_tex, "weights",
+                      x0 + cell * length + 1.05, top - cell * length / 2, w=1.7, h=1.1))
+    alt = (f"Diagram: a band window over the {length} by {length} grid of queries (rows) and "
+           f"keys (columns). Query i may attend to key j only when {band}, so each query "
+           f"sees at most {2 * window - 1 if not causal else window} keys; the cells outside "
+           "the band are masked.")
+    height = top + 0.45
+    name = f"band_window{'_causal' if causal else ''}"
+    return Diagram(name, tuple(nodes), alt=alt, height=round(height, 2))
+
+
+def flash_tiling() -> Diagram:
+    """Chapter 9: FlashAttention's tiling. Q, K, V and O stay in slow, large memory (HBM);
+    one block Q_i and, in turn, each block K_j, V_j are loaded into fast, small memory
+    (SRAM), where the block of scores S_ij updates the running maximum m_i and sum l_i and
+    the rescaled output O_i; O_i is written back once, after the last key block."""
+    hbm_x, tile_x, op_x = 0.75, 3.0, 4.85
+    nodes = (
+        Node("Q", "$Q$", "query", hbm_x, 4.4, w=0.9),
+        Node("K", "$K$", "key", hbm_x, 3.6, w=0.9),
+        Node("V", "$V$", "value", hbm_x, 2.8, w=0.9),
+        Node("O", "$O$", "output", hbm_x, 1.4, w=0.9),
+        Node("Qi", "$Q_i$", "query", tile_x, 4.4, w=0.8),
+        Node("Kj", "$K_j$", "key", tile_x, 3.6, w=0.8),
+        Node("Vj", "$V_j$", "value", tile_x, 2.8, w=0.8),
+        Node("S", r"$S_{ij} = Q_i K_j^\top$", "weights", op_x, 4.0, w=1.65, h=0.5),
+        Node("stats", "running\n$m_i$, $\\ell_i$", "memory", op_x, 3.05, w=1.3, h=0.6),
+        Node("Oi", "$O_i$, rescaled", "output", op_x, 1.95, w=1.5),
+    )
+    edges = (
+        Edge("Q", "Qi", "block $i$", kind="read", side="above"),
+        Edge("K", "Kj", "block $j$", kind="read", side="above"),
+        Edge("V", "Vj", "block $j$", kind="read", side="above"),
+        Edge("Qi", "S"),
+        Edge("Kj", "S"),
+        Edge("S", "stats"),
+        Edge("stats", "Oi"),
+        Edge("Vj", "Oi"),
+        Edge("Oi", "O", "written once", side="below"),
+    )
+    regions = (
+        Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
+        Region("SRAM: one tile, each $j$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
+               pad=0.12),
+    )
+    alt = ("Diagram: FlashAttention's tiling. Q, K, V and the output O stay in the slow, large "
+           "HBM; a block Q_i and, one after another, each block K_j and V_j are loaded into "
+           "the fast, small SRAM, where the block of scores S_ij updates the running maximum "
+           "m_i and sum l_i and rescales the partial output O_i, which is written back to HBM "
+           "once. The full L_q by L_k score matrix is never stored.")
+    return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=5.15)
+
+
+def kv_cache_growth(steps: int = 4) -> Diagram:
+    """Chapter 9: the KV cache during decoding. At step t the new token's query q_t attends
+    to the cached keys and values of every step so far: the cache grows by one key and one
+    value a step (row t holds t of each) and nothing cached is recomputed."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= 5:
+        raise ValueError(f"steps must be an int from 2 to 5 (rows that fit), got {steps!r}")
+    cell, gap = 0.44, 0.78
+    k_x, v_x = 1.2, 1.2 + cell * steps + 0.35
+    nodes, edges = [], []
+    for t in range(1, steps + 1):
+        y = 0.45 + gap * (steps - t)
+        nodes.append(Node(f"q{t}", f"$q_{t}$", "query", 0.45, y, w=0.5))
+        for j in range(1, t + 1):
+            nodes.append(Node(f"k{t}_{j}", f"$k_{j}$", "key", k_x + cell * (j - 1), y,
+                              w=cell - 0.06))
+            nodes.append(Node(f"v{t}_{j}", f"$v_{j}$", "value", v_x + cell * (j - 1), y,
+                              w=cell - 0.06))
+        edges.append(Edge(f"q{t}", f"k{t}_1"))
+    alt = (f"Diagram: the KV cache over {steps} decoding steps. At step t the new query q_t "
+           "attends to the keys k_1 to k_t and values v_1 to v_t: one new key and one new "
+           "value are appended each step and the cached ones are reused, not recomputed, so "
+           "the cache grows linearly with the number of generated tokens.")
+    height = 0.45 + gap * (steps - 1) + 0.45
+    return Diagram("kv_cache_growth", tuple(nodes), tuple(edges), alt=alt,
+                   height=round(height, 2))
+
+
+def node_neighbourhood() -> Diagram:
+    """Chapter 8: a node attending to its neighbours. Node i is the query; each neighbour j
+    (an edge j -> i) and i itself are keys, with weight alpha_ij; a node that is not a
+    neighbour gets no weight."""
+    centre = (2.9, 1.9)
+    nodes = [Node("i", r"$i$: $\alpha_{ii}$", "query", *centre, w=0.95)]
+    edges = []
+    neighbours = ((1.2, 3.1), (4.6, 3.1), (1.2, 0.7), (4.6, 0.7))
+    for n, (x, y) in enumerate(neighbours, start=1):
+        nodes.append(Node(f"j{n}", f"${n}$", "key", x, y, w=0.55))
+        edges.append(Edge(f"j{n}", "i", rf"$\alpha_{{i{n}}}$",
+                          side="left" if x < centre[0] else "right"))
+    nodes.append(Node("far", "$u$", "input", 5.35, 1.9, w=0.55))
+    edges.append(Edge("far", "j2"))
+    alt = ("Diagram: graph attention at one node. Node i is the query; its neighbours 1 to 4 "
+           "(an edge from each to i) are the keys, each with a weight alpha_ij, and i "
+           "also attends to itself; node u, two edges away, gets no weight from i in one "
+           "layer.")
+    return Diagram("node_neighbourhood", tuple(nodes), tuple(edges), alt=alt, height=3.6)
+
+
 #: name -> builder with its default arguments, for tests and for the closing note's list.
 BUILDERS = {
     "scaled_dot_product_graph": scaled_dot_product_graph,
@@ -707,4 +835,8 @@ BUILDERS = {
     "self_attention_projections": self_attention_projections,
     "soft_lookup": soft_lookup,
     "rnn_encoder_decoder": rnn_encoder_decoder,
+    "band_window": band_window,
+    "flash_tiling": flash_tiling,
+    "kv_cache_growth": kv_cache_growth,
+    "node_neighbourhood": node_neighbourhood,
 }

@@ -35,6 +35,12 @@ ALT_NAMES = {
     "self_attention_projections": ["one sequence x", "w_q", "w_k", "w_v"],
     "soft_lookup": ["query q", "keys k_j", "softmax", "alpha_j", "values v_j"],
     "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i"],
+    "band_window": ["band window", "|i - j| < 2", "at most 3 keys", "masked"],
+    "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m_i", "sum l_i",
+                     "written back", "never stored"],
+    "kv_cache_growth": ["kv cache", "q_t", "k_1 to k_t", "appended", "not recomputed"],
+    "node_neighbourhood": ["node i is the query", "neighbours 1 to 4", "alpha_ij", "itself",
+                           "no weight"],
 }
 
 
@@ -142,7 +148,12 @@ def test_every_edge_joins_existing_nodes_and_every_node_is_connected(built):
         ids = {n.id for n in diagram.nodes}
         for e in diagram.edges:
             assert e.src in ids and e.dst in ids, (name, e)
+        if name == "band_window":  # a grid of cells, no arrows
+            assert not diagram.edges
+            continue
         touched = {e.src for e in diagram.edges} | {e.dst for e in diagram.edges}
+        if name == "kv_cache_growth":  # the cached keys and values sit beside the query
+            touched |= {n.id for n in diagram.nodes if n.id[0] in "kv"}
         assert touched == ids, (name, ids - touched)
 
 
@@ -310,6 +321,88 @@ def test_rnn_encoder_decoder_refuses_steps_that_do_not_fit():
         D.rnn_encoder_decoder(4)
 
 
+@pytest.mark.parametrize(("length", "window", "causal"),
+                         [(8, 2, False), (6, 3, True), (5, 1, False), (2, 4, False)])
+def test_band_window_colours_exactly_the_cells_band_mask_allows(length, window, causal):
+    from attention_src.softmax import band_mask  # the book's mask, the reference
+
+    d = D.band_window(length, window, causal)
+    allowed = band_mask(length, window, causal=causal)
+    for i in range(length):
+        for j in range(length):
+            role = d.node(f"c{i}_{j}").role
+            assert role == ("weights" if allowed[i, j] else "mask"), (i, j)
+        assert d.node(f"q{i}").role == "query" and d.node(f"k{i}").role == "key"
+    assert D.layout_problems(D.render(d)) == []
+    assert d.name == ("band_window_causal" if causal else "band_window")
+    assert r"j \leq i" in d.node("note").label if causal else "leq" not in d.node("note").label
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"length": 9}, "length must be an int from 2 to 8.*got 9"),
+    ({"length": True}, "length must be an int.*got True"),
+    ({"window": 0}, "window must be an int >= 1, got 0"),
+    ({"window": 1.5}, "window must be an int >= 1, got 1.5"),
+])
+def test_band_window_refuses_bad_sizes(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        D.band_window(**kwargs)
+
+
+def test_flash_tiling_loads_blocks_into_sram_and_writes_the_output_once():
+    d = D.flash_tiling()
+    hbm, sram = d.regions
+    assert set(hbm.members) == {"Q", "K", "V", "O"} and hbm.label == "HBM"
+    assert set(sram.members) == {"Qi", "Kj", "Vj", "S", "stats", "Oi"}
+    for big, block in (("Q", "Qi"), ("K", "Kj"), ("V", "Vj")):
+        assert d.edge(big, block).kind == "read"  # loaded, not computed
+        assert d.node(big).role == d.node(block).role  # a block has its tensor's colour
+    _data_path(d, ["Qi", "S", "stats", "Oi"])
+    _data_path(d, ["Kj", "S"])
+    _data_path(d, ["Vj", "Oi"])
+    assert d.edges_to("O") == [d.edge("Oi", "O")]  # the only write to HBM
+    assert d.node("stats").role == "memory" and r"m_i" in d.node("stats").label
+    assert r"\ell_i" in d.node("stats").label
+    # the scores never go back to HBM: no edge leaves S for a node outside SRAM
+    assert all(e.dst in sram.members for e in d.edges_from("S"))
+
+
+@pytest.mark.parametrize("steps", [2, 4, 5])
+def test_kv_cache_grows_by_one_key_and_value_a_step_and_keeps_the_old_ones(steps):
+    d = D.kv_cache_growth(steps)
+    ids = {n.id for n in d.nodes}
+    for t in range(1, steps + 1):
+        keys = [d.node(f"k{t}_{j}") for j in range(1, t + 1)]
+        values = [d.node(f"v{t}_{j}") for j in range(1, t + 1)]
+        assert f"k{t}_{t + 1}" not in ids and f"v{t}_{t + 1}" not in ids  # exactly t
+        assert [k.label for k in keys] == [f"$k_{j}$" for j in range(1, t + 1)]
+        assert {k.role for k in keys} == {"key"} and {v.role for v in values} == {"value"}
+        assert d.node(f"q{t}").role == "query" and d.edge(f"q{t}", f"k{t}_1")
+        if t > 1:  # the cache of step t - 1 is kept in place; the new entry goes on the end
+            for j in range(1, t):
+                assert d.node(f"k{t}_{j}").x == d.node(f"k{t - 1}_{j}").x
+            assert keys[-1].x > keys[-2].x
+    assert D.layout_problems(D.render(d)) == []
+
+
+def test_kv_cache_refuses_steps_that_do_not_fit():
+    with pytest.raises(ValueError, match="steps must be an int from 2 to 5.*got 6"):
+        D.kv_cache_growth(6)
+
+
+def test_node_attends_to_its_neighbours_and_not_beyond():
+    d = D.node_neighbourhood()
+    into_i = d.edges_to("i")
+    assert sorted(e.src for e in into_i) == ["j1", "j2", "j3", "j4"]
+    for e in into_i:
+        assert e.label == rf"$\alpha_{{i{e.src[1]}}}$"
+        assert d.node(e.src).role == "key"
+    assert d.node("i").role == "query" and r"\alpha_{ii}" in d.node("i").label
+    # u is a neighbour of a neighbour: it reaches i only in two steps
+    assert not any(e.src == "far" and e.dst == "i" for e in d.edges)
+    assert _reaches(d, "far", "i")
+
+
 # ---------------------------------------------------------------- SVG and notebook display
 
 
@@ -322,7 +415,8 @@ def test_svg_has_text_as_text_no_raster_no_date_and_its_alt(built, svgs):
     for name, svg in svgs.items():
         assert "<image" not in svg and "base64" not in svg, name
         assert "<dc:date>" not in svg, name
-        assert f"<dc:description>{built[name].alt}</dc:description>" in svg
+        alt = html.escape(built[name].alt, quote=False)
+        assert f"<dc:description>{alt}</dc:description>" in svg
         assert "<text" in svg
         texts = set(re.findall(r"<text[^>]*>([^<]*)</text>", svg))
         for label in built[name].labels():
