@@ -41,7 +41,7 @@ __all__ = [
     "render", "to_svg", "layout_problems", "DiagramView", "BUILDERS",
     "scaled_dot_product_graph", "multi_head", "encoder_block", "decoder_block",
     "self_attention_projections", "soft_lookup", "rnn_encoder_decoder", "band_window",
-    "flash_tiling", "kv_cache_growth", "node_neighbourhood",
+    "flash_tiling", "kv_cache_growth", "node_neighbourhood", "receptive_fields",
 ]
 
 #: Every role a box can have; one colour (and fill) per role, the same in every diagram.
@@ -824,6 +824,58 @@ def node_neighbourhood() -> Diagram:
     return Diagram("node_neighbourhood", tuple(nodes), tuple(edges), alt=alt, height=3.6)
 
 
+def receptive_fields(length: int = 5) -> Diagram:
+    """Chapter 7: how the output at one position reaches the inputs, three ways. A stack of
+    two convolutions of width 3 (``conv``: the middle output sees 5 inputs, through 2
+    layers), a recurrent chain (``rnn``: the last state sees every input, the first through
+    ``length`` steps) and one self-attention layer (``attn``: the output sees every input
+    in one step). Node ids: ``{panel}_x{t}`` inputs, ``conv_l{t}`` the first convolution,
+    ``rnn_h{t}`` the states, ``{panel}_out`` the output."""
+    if isinstance(length, bool) or not isinstance(length, int) or length not in (3, 5):
+        raise ValueError(f"length must be 3 or 5 (positions that fit), got {length!r}")
+    size, step, panel_w = 0.26, 0.34, 1.93
+    mid = (length + 1) // 2
+    nodes, edges = [], []
+    for p, panel in enumerate(("conv", "rnn", "attn")):
+        x0 = 0.05 + p * panel_w + (panel_w - step * length) / 2
+
+        def at(t, x0=x0):
+            return x0 + step * (t - 0.5)
+
+        for t in range(1, length + 1):
+            nodes.append(Node(f"{panel}_x{t}", "", "input", at(t), 0.35, w=size, h=size))
+        if panel == "conv":
+            for t in range(mid - 1, mid + 2):
+                nodes.append(Node(f"conv_l{t}", "", "operation", at(t), 1.1, w=size, h=size))
+                edges += [Edge(f"conv_x{u}", f"conv_l{t}") for u in (t - 1, t, t + 1)
+                          if 1 <= u <= length]
+                edges.append(Edge(f"conv_l{t}", "conv_out"))
+            out_t = mid
+        elif panel == "rnn":
+            for t in range(1, length + 1):
+                nodes.append(Node(f"rnn_h{t}", "", "memory", at(t), 1.1, w=size, h=size))
+                edges.append(Edge(f"rnn_x{t}", f"rnn_h{t}"))
+                if t > 1:
+                    edges.append(Edge(f"rnn_h{t - 1}", f"rnn_h{t}"))
+            edges.append(Edge(f"rnn_h{length}", "rnn_out"))
+            out_t = length
+        else:
+            edges += [Edge(f"attn_x{t}", "attn_out") for t in range(1, length + 1)]
+            out_t = mid
+        nodes.append(Node(f"{panel}_out", "", "output", at(out_t), 1.85, w=size, h=size))
+    regions = tuple(Region(label, tuple(n.id for n in nodes if n.id.startswith(panel)),
+                           pad=0.1)
+                    for panel, label in (("conv", "2 convolutions"), ("rnn", "recurrence"),
+                                         ("attn", "self-attention")))
+    alt = (f"Diagram: receptive fields over {length} input positions. Two stacked "
+           "convolutions of width 3 let the middle output see 5 inputs through 2 layers; a "
+           "recurrent chain lets the last state see every input, the first one through "
+           f"{length} steps; one self-attention layer connects the output to every input "
+           "directly, in one step.")
+    return Diagram("receptive_fields", tuple(nodes), tuple(edges), regions, alt=alt,
+                   height=2.45)
+
+
 #: name -> builder with its default arguments, for tests and for the closing note's list.
 BUILDERS = {
     "scaled_dot_product_graph": scaled_dot_product_graph,
@@ -839,4 +891,5 @@ BUILDERS = {
     "flash_tiling": flash_tiling,
     "kv_cache_growth": kv_cache_growth,
     "node_neighbourhood": node_neighbourhood,
+    "receptive_fields": receptive_fields,
 }

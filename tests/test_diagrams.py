@@ -39,6 +39,8 @@ ALT_NAMES = {
     "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m_i", "sum l_i",
                      "written back", "never stored"],
     "kv_cache_growth": ["kv cache", "q_t", "k_1 to k_t", "appended", "not recomputed"],
+    "receptive_fields": ["convolutions", "5 inputs through 2 layers", "recurrent chain",
+                         "through 5 steps", "self-attention", "every input directly"],
     "node_neighbourhood": ["node i is the query", "neighbours 1 to 4", "alpha_ij", "itself",
                            "no weight"],
 }
@@ -401,6 +403,40 @@ def test_node_attends_to_its_neighbours_and_not_beyond():
     # u is a neighbour of a neighbour: it reaches i only in two steps
     assert not any(e.src == "far" and e.dst == "i" for e in d.edges)
     assert _reaches(d, "far", "i")
+
+
+def _hops(diagram, src, dst):
+    """The fewest edges from ``src`` to ``dst`` (breadth first); None when unreachable."""
+    frontier, seen, hops = {src}, {src}, 0
+    while frontier:
+        if dst in frontier:
+            return hops
+        frontier = {e.dst for n in frontier for e in diagram.edges_from(n)} - seen
+        seen |= frontier
+        hops += 1
+    return None
+
+
+@pytest.mark.parametrize("length", [3, 5])
+def test_receptive_fields_conv_grows_by_layers_rnn_by_steps_attention_at_once(length):
+    d = D.receptive_fields(length)
+    mid = (length + 1) // 2
+    inputs = range(1, length + 1)
+    conv = {t for t in inputs if _reaches(d, f"conv_x{t}", "conv_out")}
+    assert conv == set(range(max(1, mid - 2), min(length, mid + 2) + 1))  # 2 layers of 3
+    assert all(_reaches(d, f"rnn_x{t}", "rnn_out") for t in inputs)
+    assert all(_reaches(d, f"attn_x{t}", "attn_out") for t in inputs)
+    assert [_hops(d, f"attn_x{t}", "attn_out") for t in inputs] == [1] * length
+    assert [_hops(d, f"rnn_x{t}", "rnn_out") for t in inputs] == [
+        length - t + 2 for t in inputs]  # into its state, along the chain, out
+    assert {_hops(d, f"conv_x{t}", "conv_out") for t in conv} == {2}
+    assert [r.label for r in d.regions] == ["2 convolutions", "recurrence", "self-attention"]
+    assert D.layout_problems(D.render(d)) == []
+
+
+def test_receptive_fields_refuses_a_length_that_does_not_fit():
+    with pytest.raises(ValueError, match="length must be 3 or 5.*got 4"):
+        D.receptive_fields(4)
 
 
 # ---------------------------------------------------------------- SVG and notebook display
