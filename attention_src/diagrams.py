@@ -40,8 +40,9 @@ __all__ = [
     "ROLES", "ROLE_STYLE", "Node", "Edge", "Region", "Diagram", "role_colours",
     "render", "to_svg", "layout_problems", "DiagramView", "BUILDERS",
     "scaled_dot_product_graph", "multi_head", "encoder_block", "decoder_block",
-    "self_attention_projections", "soft_lookup", "rnn_encoder_decoder", "band_window",
-    "flash_tiling", "kv_cache_growth", "node_neighbourhood", "receptive_fields",
+    "encoder_decoder", "self_attention_projections", "soft_lookup", "rnn_encoder_decoder",
+    "band_window", "flash_tiling", "kv_cache_growth", "node_neighbourhood",
+    "receptive_fields",
 ]
 
 #: Every role a box can have; one colour (and fill) per role, the same in every diagram.
@@ -876,6 +877,43 @@ def receptive_fields(length: int = 5) -> Diagram:
                    height=2.45)
 
 
+def encoder_decoder() -> Diagram:
+    """Chapter 6: the full Transformer encoder-decoder, bottom to top: the source tokens are
+    embedded and pass N encoder blocks into the memory; the shifted target tokens are
+    embedded and pass N decoder blocks, whose cross-attention reads keys and values from
+    the memory; a linear layer and a softmax give the next token's probabilities."""
+    ex, dx = 1.35, 4.2
+    nodes = (
+        Node("src", "source tokens", "input", ex, 0.4, w=1.9),
+        Node("src_embed", "embed + position", "operation", ex, 1.3, w=2.1),
+        Node("encoder", "encoder block", "operation", ex, 2.35, w=1.9),
+        Node("memory", "memory", "memory", ex, 3.45, w=1.5),
+        Node("tgt", "target, shifted", "input", dx, 0.4, w=1.9),
+        Node("tgt_embed", "embed + position", "operation", dx, 1.3, w=2.1),
+        Node("decoder", "decoder block", "operation", dx, 2.35, w=1.9),
+        Node("head", "linear + softmax", "operation", dx, 3.45, w=2.0),
+        Node("probs", "next-token\nprobabilities", "output", dx, 4.4, w=1.9, h=0.6),
+    )
+    edges = (
+        Edge("src", "src_embed"),
+        Edge("src_embed", "encoder", r"$(B, L_k, d_{\mathrm{model}})$", side="left"),
+        Edge("encoder", "memory"),
+        Edge("memory", "decoder", "$K, V$", kind="read", side="above"),
+        Edge("tgt", "tgt_embed"),
+        Edge("tgt_embed", "decoder", r"$(B, L_q, d_{\mathrm{model}})$", side="right"),
+        Edge("decoder", "head"),
+        Edge("head", "probs"),
+    )
+    regions = (Region(r"$\times N$", ("encoder",), style="repeat", pad=0.12),
+               Region(r"$\times N$", ("decoder",), style="repeat", pad=0.12))
+    alt = ("Diagram: the Transformer encoder-decoder, read bottom to top. The source tokens "
+           "are embedded with their positions and pass N encoder blocks into the memory; the "
+           "target tokens, shifted right, are embedded and pass N decoder blocks, whose "
+           "cross-attention takes its keys and values from the memory; a linear layer and a "
+           "softmax give the probabilities of the next token.")
+    return Diagram("encoder_decoder", nodes, edges, regions, alt=alt, height=4.9)
+
+
 #: name -> builder with its default arguments, for tests and for the closing note's list.
 BUILDERS = {
     "scaled_dot_product_graph": scaled_dot_product_graph,
@@ -884,6 +922,7 @@ BUILDERS = {
     "encoder_block_post_norm": lambda: encoder_block(False),
     "decoder_block_pre_norm": lambda: decoder_block(True),
     "decoder_block_post_norm": lambda: decoder_block(False),
+    "encoder_decoder": encoder_decoder,
     "self_attention_projections": self_attention_projections,
     "soft_lookup": soft_lookup,
     "rnn_encoder_decoder": rnn_encoder_decoder,

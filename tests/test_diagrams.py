@@ -32,6 +32,9 @@ ALT_NAMES = {
     "decoder_block_pre_norm": ["decoder", "pre-norm", "masked self-attention",
                                "cross-attention", "encoder memory", "residual"],
     "decoder_block_post_norm": ["decoder", "post-norm", "cross-attention"],
+    "encoder_decoder": ["source tokens", "n encoder blocks", "memory", "shifted right",
+                        "n decoder blocks", "cross-attention", "keys and values",
+                        "next token"],
     "self_attention_projections": ["one sequence x", "w_q", "w_k", "w_v"],
     "soft_lookup": ["query q", "keys k_j", "softmax", "alpha_j", "values v_j"],
     "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i"],
@@ -265,6 +268,21 @@ def test_a_residual_lane_passes_right_of_every_box_it_bypasses(built):
             assert len(between) >= 3  # at least one box bypassed
             assert all(lane >= n.box[2] + e.lane - 1e-9 for n in between)
             assert lane == pytest.approx(max(n.box[2] for n in between) + e.lane)
+
+
+def test_encoder_decoder_feeds_the_memory_to_every_decoder_block_only():
+    d = D.encoder_decoder()
+    _data_path(d, ["src", "src_embed", "encoder", "memory"])
+    _data_path(d, ["tgt", "tgt_embed", "decoder", "head", "probs"])
+    read = d.edge("memory", "decoder")
+    assert read.kind == "read" and read.label == "$K, V$"
+    assert [e.dst for e in d.edges_from("memory")] == ["decoder"]
+    assert not _reaches(d, "tgt", "memory", kinds=("data", "read"))  # no target leak
+    assert "L_k" in d.edge("src_embed", "encoder").label  # the source: keys of cross-attn
+    assert "L_q" in d.edge("tgt_embed", "decoder").label
+    assert [(r.members, r.label) for r in d.regions] == [
+        (("encoder",), r"$\times N$"), (("decoder",), r"$\times N$")]
+    assert d.node("memory").role == "memory" and d.node("probs").role == "output"
 
 
 def test_block_norm_first_must_be_a_bool():
