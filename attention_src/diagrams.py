@@ -67,7 +67,8 @@ ROLE_STYLE = {
 #: Edge kinds: a tensor flowing forward, a residual (skip) path drawn beside the chain, and a
 #: dashed arrow for what is read rather than computed (the encoder memory, a cache).
 EDGE_KINDS = ("data", "residual", "read")
-#: Region styles: a dashed group of boxes (heads in parallel, a block repeated N times).
+#: Region styles: a dashed group of boxes (heads in parallel, one tile in fast memory), or
+#: a dotted box around what repeats (a block stacked N times).
 REGION_STYLES = ("group", "repeat")
 LABEL_SIDES = ("right", "left", "above", "below", "on")
 
@@ -313,8 +314,10 @@ def render(diagram: Diagram) -> Figure:
     artists = {"nodes": {}, "edge_labels": [], "region_labels": []}
     for region in diagram.regions:
         x0, y0, x1, y1 = _region_box(diagram, region)
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, linestyle="--",
-                               linewidth=1.2, edgecolor=OKABE_ITO["black"], zorder=1))
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
+                               linestyle="--" if region.style == "group" else ":",
+                               linewidth=1.2 if region.style == "group" else 1.8,
+                               edgecolor=OKABE_ITO["black"], zorder=1))
         if region.label:
             x, y, ha, va = ((x0 + 0.08, y1 - 0.06, "left", "top") if region.label_at == "top"
                             else (x0 - 0.1, (y0 + y1) / 2, "right", "center"))
@@ -325,7 +328,9 @@ def render(diagram: Diagram) -> Figure:
         edge, face = role_colours(node.role)
         hatch = ROLE_STYLE[node.role][2]
         box = FancyBboxPatch((node.box[0], node.box[1]), node.w, node.h,
-                             boxstyle="round,pad=0,rounding_size=0.06", facecolor=face,
+                             boxstyle=("round,pad=0,rounding_size=0.06"
+                                       if min(node.w, node.h) >= 0.4 else "square,pad=0"),
+                             facecolor=face,
                              edgecolor=edge, linewidth=2.0, hatch=hatch or None, zorder=3)
         ax.add_patch(box)
         text = ax.text(node.x, node.y, node.label, ha="center", va="center",

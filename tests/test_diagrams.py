@@ -539,6 +539,20 @@ def test_layout_problems_finds_labels_on_boxes_outside_and_on_each_other():
     assert any("'group'" in p for p in D.layout_problems(D.render(left)))
 
 
+def test_regions_draw_dashed_groups_dotted_repeats_and_unlabelled_boxes():
+    nodes = _two()
+    d = D.Diagram("t", nodes, regions=(D.Region("", ("a",)), D.Region("N", ("b",),
+                                                                    style="repeat")),
+                  alt=ALT, height=2.5)
+    fig = D.render(d)
+    group, repeat = [p for p in fig.axes[0].patches if type(p).__name__ == "Rectangle"]
+    assert group.get_linestyle() == "--" and repeat.get_linestyle() == ":"
+    assert [t.get_text() for t in fig.diagram_artists["region_labels"]] == ["N"]
+    # an unlabelled region leaves no room for a label above its members
+    assert D._region_box(d, d.regions[0])[3] == pytest.approx(nodes[0].box[3] + 0.15)
+    assert D._region_box(d, d.regions[1])[3] == pytest.approx(nodes[1].box[3] + 0.45)
+
+
 def test_layout_problems_and_render_want_a_diagram():
     with pytest.raises(TypeError, match="needs a Figure made by diagrams.render"):
         D.layout_problems(Figure())
