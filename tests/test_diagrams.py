@@ -502,6 +502,11 @@ def test_diagram_view_gives_svg_and_the_alt_text():
     assert set(bundle) == {"image/svg+xml", "text/plain"}
     assert bundle["image/svg+xml"] == D.to_svg(d)
     assert bundle["text/plain"] == d.alt == repr(D.DiagramView(d))
+    # what a notebook stores: IPython's formatter takes the bundle as it is
+    from IPython.core.formatters import DisplayFormatter
+
+    data, _metadata = DisplayFormatter().format(D.DiagramView(d))
+    assert data == bundle
     with pytest.raises(TypeError, match="DiagramView needs a Diagram, got str"):
         D.DiagramView("soft_lookup")
 
