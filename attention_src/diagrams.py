@@ -1,0 +1,939 @@
+"""Diagrams of the machine: attention's computation graphs and blocks, drawn by code.
+
+A diagram is **data plus a renderer**. The data are small frozen dataclasses: :class:`Node`
+(a box with a role), :class:`Edge` (an arrow, with the shape of the tensor it carries),
+:class:`Region` (a dashed group, e.g. "h heads in parallel") and :class:`Diagram` (all of them,
+with an alt text that starts with ``"Diagram:"``). Their structure (which box feeds which, what
+each arrow carries, which colour each box has) is tested without comparing pixels. The builders
+(:func:`scaled_dot_product_graph`, :func:`multi_head`, :func:`encoder_block`, ...) return
+data; :func:`render` draws it, :func:`to_svg` writes it, :class:`DiagramView` shows it in a
+notebook.
+
+One visual language for the whole book: every box has a *role* (:data:`ROLES`), and a role
+always has the same colour, taken from :data:`attention_src.plotting.OKABE_ITO` (queries blue,
+keys vermillion, values green, outputs purple, scores and weights orange, ...). Shapes are
+written in the notation page's symbols, as matplotlib mathtext: ``$(B, L_q, d_k)$``.
+
+Why matplotlib and not Graphviz: matplotlib is already a dependency of the book (Graphviz
+needs a system binary, ``dot``, that a reader's machine or Colab may lack); the layout is
+exact (each box sits where its builder puts it, so a diagram reads the same in every
+chapter, where Graphviz would re-flow it); and the text uses the same fonts, sizes and
+mathtext as every figure of the book. The SVG is deterministic (a fixed ``svg.hashsalt``, no
+date) and keeps its text as text (``svg.fonttype = 'none'``), so it is small and searchable.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import matplotlib as mpl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex, to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+from matplotlib.path import Path
+
+from attention_src.plotting import MAX_FIGURE_WIDTH, OKABE_ITO
+
+__all__ = [
+    "ROLES", "ROLE_STYLE", "Node", "Edge", "Region", "Diagram", "role_colours",
+    "render", "to_svg", "layout_problems", "DiagramView", "BUILDERS",
+    "scaled_dot_product_graph", "multi_head", "encoder_block", "decoder_block",
+    "encoder_decoder", "self_attention_projections", "soft_lookup", "rnn_encoder_decoder",
+    "band_window", "flash_tiling", "kv_cache_growth", "node_neighbourhood",
+    "receptive_fields",
+]
+
+#: Every role a box can have; one colour (and fill) per role, the same in every diagram.
+ROLES = ("input", "query", "key", "value", "output", "weights", "operation", "memory",
+         "norm", "mask")
+
+#: role -> (Okabe-Ito colour name, fill strength 0..1, hatch). The edge is the colour itself;
+#: the fill is the colour mixed with white at that strength, so black text stays readable.
+ROLE_STYLE = {
+    "input": ("black", 0.0, ""),
+    "query": ("blue", 0.3, ""),
+    "key": ("vermillion", 0.3, ""),
+    "value": ("green", 0.3, ""),
+    "output": ("purple", 0.35, ""),
+    "weights": ("orange", 0.4, ""),     # scores and attention weights
+    "operation": ("sky", 0.25, ""),     # matmul, softmax, projections, attention layers
+    "memory": ("yellow", 0.5, ""),      # a recurrent state, the encoder memory, a cache
+    "norm": ("black", 0.12, ""),        # layer norm
+    "mask": ("black", 0.0, "//"),
+}
+
+#: Edge kinds: a tensor flowing forward, a residual (skip) path drawn beside the chain, and a
+#: dashed arrow for what is read rather than computed (the encoder memory, a cache).
+EDGE_KINDS = ("data", "residual", "read")
+#: Region styles: a dashed group of boxes (heads in parallel, one tile in fast memory), or
+#: a dotted box around what repeats (a block stacked N times).
+REGION_STYLES = ("group", "repeat")
+LABEL_SIDES = ("right", "left", "above", "below", "on")
+
+NODE_FONTSIZE = 13
+EDGE_FONTSIZE = 12
+REGION_FONTSIZE = 12
+
+
+def _fill(colour: str, strength: float) -> str:
+    """``colour`` mixed with white: ``strength`` 1 is the colour, 0 is white."""
+    r, g, b = to_rgb(colour)
+    return to_hex((1 - strength * (1 - r), 1 - strength * (1 - g), 1 - strength * (1 - b)))
+
+
+def role_colours(role: str) -> tuple[str, str]:
+    """``(edge colour, fill colour)`` of a box with ``role``, both as ``#rrggbb``."""
+    if role not in ROLE_STYLE:
+        raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+    name, strength, _ = ROLE_STYLE[role]
+    colour = OKABE_ITO[name]
+    return colour.lower(), _fill(colour, strength)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A box: ``id`` (unique in its diagram), ``label`` (mathtext allowed, ``\\n`` for lines),
+    ``role`` (one of :data:`ROLES`), centre ``(x, y)`` and size ``(w, h)`` in inches."""
+
+    id: str
+    label: str
+    role: str
+    x: float
+    y: float
+    w: float = 1.5
+    h: float = 0.45
+
+    def __post_init__(self):
+        if not self.id:
+            raise ValueError("a node needs a non-empty id")
+        if self.role not in ROLES:
+            raise ValueError(f"node {self.id!r}: unknown role {self.role!r}; roles are "
+                             f"{', '.join(ROLES)}")
+        if not (self.w > 0 and self.h > 0):
+            raise ValueError(f"node {self.id!r}: size must be positive, got w={self.w}, "
+                             f"h={self.h}")
+
+    @property
+    def box(self) -> tuple[float, float, float, float]:
+        """``(left, bottom, right, top)`` in inches."""
+        return (self.x - self.w / 2, self.y - self.h / 2, self.x + self.w / 2,
+                self.y + self.h / 2)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """An arrow from node ``src`` to node ``dst``. ``label``: what it carries (a shape in the
+    notation's symbols), written on ``side`` of the arrow's middle. ``kind``: ``"data"``,
+    ``"residual"`` (drawn out to the right, ``lane`` inches beyond every box between the two,
+    and in) or ``"read"`` (dashed). ``bend``: curvature of a data arrow (0 = straight)."""
+
+    src: str
+    dst: str
+    label: str = ""
+    kind: str = "data"
+    side: str = "right"
+    bend: float = 0.0
+    lane: float = 0.3
+
+    def __post_init__(self):
+        if self.kind not in EDGE_KINDS:
+            raise ValueError(f"edge {self.src!r} -> {self.dst!r}: unknown kind {self.kind!r}; "
+                             f"kinds are {', '.join(EDGE_KINDS)}")
+        if self.side not in LABEL_SIDES:
+            raise ValueError(f"edge {self.src!r} -> {self.dst!r}: unknown side {self.side!r}")
+        if self.src == self.dst:
+            raise ValueError(f"edge {self.src!r} -> {self.dst!r} joins a node to itself")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A dashed rectangle around ``members`` (node ids), ``pad`` inches beyond their boxes,
+    with ``label`` written at its top left inside (``label_at="top"``) or outside on its left
+    (``"left"``, right-aligned and vertically centred)."""
+
+    label: str
+    members: tuple[str, ...]
+    style: str = "group"
+    pad: float = 0.15
+    label_at: str = "top"
+
+    def __post_init__(self):
+        if not self.members:
+            raise ValueError(f"region {self.label!r} has no members")
+        if self.style not in REGION_STYLES:
+            raise ValueError(f"region {self.label!r}: unknown style {self.style!r}; styles "
+                             f"are {', '.join(REGION_STYLES)}")
+        if self.label_at not in ("top", "left"):
+            raise ValueError(f"region {self.label!r}: label_at must be 'top' or 'left', got "
+                             f"{self.label_at!r}")
+
+
+@dataclass(frozen=True)
+class Diagram:
+    """A whole diagram: ``nodes``, ``edges``, ``regions``, an ``alt`` text that starts with
+    ``"Diagram:"``, drawn on a canvas ``width`` x ``height`` inches (origin bottom left).
+
+    Raises ``ValueError`` naming the fault: duplicate node ids, an edge or region naming an
+    unknown node, two boxes that overlap, a box outside the canvas, an alt text that does not
+    start with ``"Diagram:"``, a canvas wider than :data:`MAX_FIGURE_WIDTH`.
+    """
+
+    name: str
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...] = ()
+    regions: tuple[Region, ...] = ()
+    alt: str = ""
+    width: float = MAX_FIGURE_WIDTH
+    height: float = 4.0
+    _index: dict = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for name in ("nodes", "edges", "regions"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.alt.startswith("Diagram:") or not self.alt[len("Diagram:"):].strip():
+            raise ValueError(f"diagram {self.name!r}: alt text must start with 'Diagram:' and "
+                             f"say what is drawn, got {self.alt!r}")
+        if not (0 < self.width <= MAX_FIGURE_WIDTH) or self.height <= 0:
+            raise ValueError(f"diagram {self.name!r}: canvas {self.width} x {self.height} in; "
+                             f"the width must be in (0, {MAX_FIGURE_WIDTH}]")
+        index: dict[str, Node] = {}
+        duplicates = []
+        for node in self.nodes:
+            if node.id in index:
+                duplicates.append(node.id)
+            index[node.id] = node
+        if duplicates:
+            raise ValueError(f"diagram {self.name!r}: duplicate node ids {sorted(duplicates)}")
+        unknown = [f"{e.src} -> {e.dst}" for e in self.edges
+                   if e.src not in index or e.dst not in index]
+        if unknown:
+            raise ValueError(f"diagram {self.name!r}: edges name unknown nodes: {unknown}")
+        for region in self.regions:
+            missing = [m for m in region.members if m not in index]
+            if missing:
+                raise ValueError(f"diagram {self.name!r}: region {region.label!r} names "
+                                 f"unknown nodes {missing}")
+        outside = [n.id for n in self.nodes
+                   if n.box[0] < 0 or n.box[1] < 0 or n.box[2] > self.width
+                   or n.box[3] > self.height]
+        if outside:
+            raise ValueError(f"diagram {self.name!r}: boxes outside the {self.width} x "
+                             f"{self.height} in canvas: {outside}")
+        overlaps = []
+        for i, a in enumerate(self.nodes):
+            for b in self.nodes[i + 1:]:
+                if (min(a.box[2], b.box[2]) > max(a.box[0], b.box[0])
+                        and min(a.box[3], b.box[3]) > max(a.box[1], b.box[1])):
+                    overlaps.append((a.id, b.id))
+        if overlaps:
+            raise ValueError(f"diagram {self.name!r}: overlapping boxes {overlaps}")
+        object.__setattr__(self, "_index", index)
+
+    def node(self, node_id: str) -> Node:
+        """The node with id ``node_id`` (``KeyError`` naming it if there is none)."""
+        if node_id not in self._index:
+            raise KeyError(f"diagram {self.name!r} has no node {node_id!r}")
+        return self._index[node_id]
+
+    def edges_from(self, node_id: str) -> list[Edge]:
+        return [e for e in self.edges if e.src == node_id]
+
+    def edges_to(self, node_id: str) -> list[Edge]:
+        return [e for e in self.edges if e.dst == node_id]
+
+    def edge(self, src: str, dst: str) -> Edge:
+        """The edge ``src -> dst`` (``KeyError`` naming both if there is none)."""
+        for e in self.edges:
+            if e.src == src and e.dst == dst:
+                return e
+        raise KeyError(f"diagram {self.name!r} has no edge {src!r} -> {dst!r}")
+
+    def roles(self) -> dict[str, list[str]]:
+        """role -> ids of the nodes with that role."""
+        out: dict[str, list[str]] = {}
+        for node in self.nodes:
+            out.setdefault(node.role, []).append(node.id)
+        return out
+
+    def labels(self) -> list[str]:
+        """Every text the diagram draws: node, edge and region labels."""
+        return ([n.label for n in self.nodes if n.label]
+                + [e.label for e in self.edges if e.label]
+                + [r.label for r in self.regions])
+
+
+# ------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _region_box(diagram: Diagram, region: Region) -> tuple[float, float, float, float]:
+    boxes = [diagram.node(m).box for m in region.members]
+    top_pad = region.pad + (0.3 if region.label and region.label_at == "top" else 0.0)
+    return (min(b[0] for b in boxes) - region.pad, min(b[1] for b in boxes) - region.pad,
+            max(b[2] for b in boxes) + region.pad, max(b[3] for b in boxes) + top_pad)
+
+
+def _residual_lane(diagram: Diagram, a: Node, b: Node, lane: float) -> float:
+    """The x of a residual path from ``a`` to ``b``: ``lane`` inches right of every box whose
+    centre lies between theirs (inclusive), so the path bypasses them."""
+    low, high = min(a.y, b.y), max(a.y, b.y)
+    return max(n.box[2] for n in diagram.nodes if low <= n.y <= high) + lane
+
+
+def _residual_path(a: Node, b: Node, x: float) -> Path:
+    """Out of ``a``'s right side, down (or up) the lane at ``x``, into ``b``'s right side."""
+    return Path([(a.box[2], a.y), (x, a.y), (x, b.y), (b.box[2], b.y)])
+
+
+def _exit(node: Node, dx: float, dy: float) -> float:
+    """Where a line from ``node``'s centre along ``(dx, dy)`` leaves its box, as a fraction
+    of ``(dx, dy)``."""
+    fractions = [node.w / 2 / abs(dx)] if dx else []
+    fractions += [node.h / 2 / abs(dy)] if dy else []
+    return min(fractions)
+
+
+def render(diagram: Diagram) -> Figure:
+    """Draw ``diagram`` as a matplotlib Figure, ``diagram.width`` x ``diagram.height`` inches.
+
+    The Figure is made without pyplot (nothing is shown or kept open by it). Node labels are
+    13 pt, edge and region labels 12 pt (mathtext sub- and superscripts at matplotlib's usual
+    fraction of that). The artists are kept in ``fig.diagram_artists`` (``"nodes"``: id ->
+    ``(box, text)``, ``"edge_labels"``, ``"region_labels"``) for :func:`layout_problems`.
+    """
+    if not isinstance(diagram, Diagram):
+        raise TypeError(f"render needs a Diagram, got {type(diagram).__name__}")
+    fig = Figure(figsize=(diagram.width, diagram.height), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, diagram.width)
+    ax.set_ylim(0, diagram.height)
+    ax.set_axis_off()
+    artists = {"nodes": {}, "edge_labels": [], "region_labels": []}
+    for region in diagram.regions:
+        x0, y0, x1, y1 = _region_box(diagram, region)
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
+                               linestyle="--" if region.style == "group" else ":",
+                               linewidth=1.2 if region.style == "group" else 1.8,
+                               edgecolor=OKABE_ITO["black"], zorder=1))
+        if region.label:
+            x, y, ha, va = ((x0 + 0.08, y1 - 0.06, "left", "top") if region.label_at == "top"
+                            else (x0 - 0.1, (y0 + y1) / 2, "right", "center"))
+            artists["region_labels"].append(
+                ax.text(x, y, region.label, ha=ha, va=va, fontsize=REGION_FONTSIZE, zorder=4))
+    patches = {}
+    for node in diagram.nodes:
+        edge, face = role_colours(node.role)
+        hatch = ROLE_STYLE[node.role][2]
+        box = FancyBboxPatch((node.box[0], node.box[1]), node.w, node.h,
+                             boxstyle=("round,pad=0,rounding_size=0.06"
+                                       if min(node.w, node.h) >= 0.4 else "square,pad=0"),
+                             facecolor=face,
+                             edgecolor=edge, linewidth=2.0, hatch=hatch or None, zorder=3)
+        ax.add_patch(box)
+        text = ax.text(node.x, node.y, node.label, ha="center", va="center",
+                       fontsize=NODE_FONTSIZE, zorder=5,
+                       bbox={"facecolor": face, "edgecolor": "none", "pad": 0.5}
+                       if hatch else None)
+        patches[node.id] = box
+        artists["nodes"][node.id] = (box, text)
+    for e in diagram.edges:
+        a, b = diagram.node(e.src), diagram.node(e.dst)
+        style = {"arrowstyle": "-|>", "mutation_scale": 14, "linewidth": 1.6,
+                 "color": OKABE_ITO["black"], "zorder": 2}
+        if e.kind == "residual":
+            lane = _residual_lane(diagram, a, b, e.lane)
+            arrow = FancyArrowPatch(path=_residual_path(a, b, lane), **style)
+            mid = (lane, (a.y + b.y) / 2)
+        else:
+            arrow = FancyArrowPatch((a.x, a.y), (b.x, b.y), patchA=patches[e.src],
+                                    patchB=patches[e.dst], shrinkA=1, shrinkB=1,
+                                    connectionstyle=f"arc3,rad={e.bend}",
+                                    linestyle="--" if e.kind == "read" else "-", **style)
+            dx, dy = b.x - a.x, b.y - a.y
+            if e.bend:  # the middle of arc3's quadratic curve
+                mid = ((a.x + b.x) / 2 + 0.5 * e.bend * dy, (a.y + b.y) / 2 - 0.5 * e.bend * dx)
+            else:  # the middle of the part of the line between the two boxes
+                t = (_exit(a, dx, dy) + 1 - _exit(b, dx, dy)) / 2
+                mid = (a.x + t * dx, a.y + t * dy)
+        ax.add_patch(arrow)
+        if e.label:
+            offset = {"right": (0.1, 0, "left", "center"), "left": (-0.1, 0, "right", "center"),
+                      "above": (0, 0.06, "center", "bottom"),
+                      "below": (0, -0.06, "center", "top"),
+                      "on": (0, 0, "center", "center")}[e.side]
+            artists["edge_labels"].append(
+                ax.text(mid[0] + offset[0], mid[1] + offset[1], e.label, ha=offset[2],
+                        va=offset[3], fontsize=EDGE_FONTSIZE, zorder=4,
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0}))
+    fig.diagram_artists = artists
+    fig.diagram = diagram
+    return fig
+
+
+def layout_problems(fig: Figure) -> list[str]:
+    """What a reader could not read in a rendered diagram, one line each: a node label wider
+    or taller than its box, an edge or region label that covers a box or another label, any
+    label outside the canvas. Empty for a good layout."""
+    artists = getattr(fig, "diagram_artists", None)
+    if artists is None:
+        raise TypeError("layout_problems needs a Figure made by diagrams.render")
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    canvas = fig.bbox
+    problems = []
+    boxes = {}
+    for node_id, (box, text) in artists["nodes"].items():
+        outer, inner = box.get_window_extent(renderer), text.get_window_extent(renderer)
+        boxes[node_id] = outer
+        if inner.width > outer.width - 4 or inner.height > outer.height - 2:
+            problems.append(f"node {node_id!r}: label {text.get_text()!r} does not fit its box")
+    labels = artists["edge_labels"] + artists["region_labels"]
+    extents = [t.get_window_extent(renderer) for t in labels]
+    for t, ext in zip(labels, extents, strict=True):
+        if (ext.x0 < canvas.x0 - 0.5 or ext.y0 < canvas.y0 - 0.5 or ext.x1 > canvas.x1 + 0.5
+                or ext.y1 > canvas.y1 + 0.5):
+            problems.append(f"label {t.get_text()!r} is outside the canvas")
+        for node_id, outer in boxes.items():
+            if ext.overlaps(outer):
+                problems.append(f"label {t.get_text()!r} covers box {node_id!r}")
+    for i in range(len(labels)):
+        for j in range(i + 1, len(labels)):
+            if extents[i].overlaps(extents[j]):
+                problems.append(f"labels {labels[i].get_text()!r} and "
+                                f"{labels[j].get_text()!r} overlap")
+    return problems
+
+
+#: The settings that make the SVG deterministic, text as text.
+SVG_SETTINGS = {"svg.hashsalt": "attention-executed", "svg.fonttype": "none"}
+
+
+def to_svg(diagram: Diagram) -> str:
+    """``diagram`` as an SVG document: deterministic (the same bytes on every call: a fixed
+    ``svg.hashsalt``, no date), text kept as ``<text>`` (small, searchable), the diagram's
+    name as its title and the alt text as its description."""
+    fig = render(diagram)
+    buffer = io.StringIO()
+    with mpl.rc_context(SVG_SETTINGS):
+        fig.savefig(buffer, format="svg", metadata={
+            "Date": None, "Title": diagram.name, "Description": diagram.alt})
+    return buffer.getvalue()
+
+
+class DiagramView:
+    """Shows a diagram in a notebook: ``image/svg+xml`` with ``text/plain`` = its alt text."""
+
+    def __init__(self, diagram: Diagram):
+        if not isinstance(diagram, Diagram):
+            raise TypeError(f"DiagramView needs a Diagram, got {type(diagram).__name__}")
+        self.diagram = diagram
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"image/svg+xml": to_svg(self.diagram), "text/plain": self.diagram.alt}
+
+    def __repr__(self):
+        return self.diagram.alt
+
+
+# ------------------------------------------------------------------------------------------
+# Builders, in the order the chapters need them.
+
+
+def scaled_dot_product_graph() -> Diagram:
+    """Chapter 3: scaled dot-product attention as a computation graph, the shape at every
+    edge: Q, K -> Q K^T -> / sqrt(d_k) -> mask -> softmax -> A; A, V -> A V -> O."""
+    cx, vx = 1.55, 4.3
+    ys = [6.4, 5.55, 4.7, 3.85, 3.0, 2.15, 1.3, 0.45]
+    nodes = (
+        Node("Q", "$Q$", "query", 0.75, ys[0], w=0.8),
+        Node("K", "$K$", "key", 2.35, ys[0], w=0.8),
+        Node("V", "$V$", "value", vx, ys[6], w=0.8),
+        Node("scores", r"$S = QK^\top$", "operation", cx, ys[1], w=1.7),
+        Node("scale", r"$S\,/\sqrt{d_k}$", "operation", cx, ys[2], w=1.7),
+        Node("mask", "mask $M$", "mask", cx, ys[3], w=1.7),
+        Node("softmax", "softmax", "operation", cx, ys[4], w=1.7),
+        Node("weights", "$A$", "weights", cx, ys[5], w=1.7),
+        Node("product", "$AV$", "operation", cx, ys[6], w=1.7),
+        Node("O", "$O$", "output", cx, ys[7], w=1.7),
+    )
+    edges = (
+        Edge("Q", "scores", "$(B, L_q, d_k)$", side="left"),
+        Edge("K", "scores", "$(B, L_k, d_k)$", side="right"),
+        Edge("scores", "scale", "$(B, L_q, L_k)$"),
+        Edge("scale", "mask", "$(B, L_q, L_k)$"),
+        Edge("mask", "softmax", r"$(B, L_q, L_k)$, $-\infty$ where $M$ is False"),
+        Edge("softmax", "weights", "$(B, L_q, L_k)$, rows sum to 1"),
+        Edge("weights", "product", "$(B, L_q, L_k)$"),
+        Edge("V", "product", "$(B, L_k, d_v)$", side="below"),
+        Edge("product", "O", "$(B, L_q, d_v)$"),
+    )
+    alt = ("Diagram: scaled dot-product attention as a computation graph. Queries Q and keys "
+           "K are multiplied into scores S = QK^T of shape (B, L_q, L_k), divided by the "
+           "square root of d_k, masked (minus infinity where the mask M is False), and turned "
+           "by a softmax over the keys into the weights A; A times the values V gives the "
+           "output O of shape (B, L_q, d_v).")
+    return Diagram("scaled_dot_product_graph", nodes, edges, alt=alt, height=6.85)
+
+
+def multi_head(h_shown: int = 3) -> Diagram:
+    """Chapter 5: multi-head attention: X -> X W_q, X W_k, X W_v -> split into h heads ->
+    attend in parallel -> concatenate -> W_o, with the shapes. ``h_shown`` head boxes are
+    drawn (the last one labelled head h)."""
+    if h_shown not in (2, 3):
+        raise ValueError(f"h_shown must be 2 or 3 (boxes that fit the width), got {h_shown}")
+    xs = (1.0, 2.9, 4.8)
+    nodes = [
+        Node("X", "$X$", "input", 2.9, 6.4, w=0.8),
+        Node("Wq", "$XW_q$", "query", xs[0], 5.35, w=1.3),
+        Node("Wk", "$XW_k$", "key", xs[1], 5.35, w=1.3),
+        Node("Wv", "$XW_v$", "value", xs[2], 5.35, w=1.3),
+        Node("split", "split into $h$ heads", "operation", 2.9, 4.3, w=3.2),
+    ]
+    head_x = (2.35, 3.7, 5.05) if h_shown == 3 else (3.0, 4.6)
+    heads = []
+    for r, x in enumerate(head_x, start=1):
+        label = "head $h$" if r == h_shown else f"head {r}"
+        heads.append(Node(f"head{r}", label, "operation", x, 3.0, w=1.1))
+    nodes += heads
+    nodes += [
+        Node("concat", "concatenate", "operation", 2.9, 1.85, w=2.0),
+        Node("Wo", "$W_o$", "operation", 2.9, 1.05, w=0.9),
+        Node("O", "output", "output", 2.9, 0.3, w=1.3),
+    ]
+    edges = [Edge("X", w, "") for w in ("Wq", "Wk", "Wv")]
+    edges[0] = Edge("X", "Wq", r"$(B, L, d_{\mathrm{model}})$", side="left")
+    edges += [Edge(w, "split") for w in ("Wq", "Wk", "Wv")]
+    edges += [Edge("split", n.id) for n in heads]
+    edges += [Edge(n.id, "concat") for n in heads]
+    edges += [
+        Edge("concat", "Wo", r"$(B, L, h\,d_{\mathrm{head}})$"),
+        Edge("Wo", "O", r"$(B, L, d_{\mathrm{model}})$"),
+    ]
+    regions = (Region("attend in\nparallel:\n" + r"$(B, h, L, d_{\mathrm{head}})$",
+                      tuple(n.id for n in heads), pad=0.12, label_at="left"),)
+    alt = ("Diagram: multi-head attention. The input X of shape (B, L, d_model) is projected "
+           "by W_q, W_k and W_v, split into h heads of width d_head = d_model / h, each head "
+           "attends on its own and in parallel, the heads' outputs are concatenated back to "
+           "(B, L, h d_head) and the output projection W_o maps them to (B, L, d_model).")
+    return Diagram("multi_head", tuple(nodes), tuple(edges), regions, alt=alt, height=6.75)
+
+
+def _block(kind: str, norm_first: bool) -> Diagram:
+    """The encoder block (``kind="encoder"``) or decoder block (``"decoder"``), pre-norm
+    (``norm_first``) or post-norm, drawn top to bottom with residual paths on the right."""
+    if not isinstance(norm_first, bool):
+        raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
+    if kind == "encoder":
+        sublayers = [("attn", "self-attention", None)]
+    else:
+        sublayers = [("attn", "masked self-attention", "mask"),
+                     ("cross", "cross-attention", "memory")]
+    sublayers.append(("ffn", "feed-forward", None))
+    step, cx = 0.62, 2.95
+    nodes, edges, chain = [], [], []
+    y = 0.45 + step * (2 + len(sublayers) * 3 + (0 if norm_first else 0))
+    nodes.append(Node("x", "input", "input", cx, y, w=1.2))
+    chain.append("x")
+    last = "x"
+    residual_from = "x"
+    side_nodes = []
+    for i, (sid, label, extra) in enumerate(sublayers, start=1):
+        if norm_first:
+            y -= step
+            nodes.append(Node(f"norm{i}", "layer norm", "norm", cx, y, w=1.9))
+            edges.append(Edge(last, f"norm{i}"))
+            last = f"norm{i}"
+        y -= step
+        nodes.append(Node(sid, label, "operation", cx, y, w=2.1))
+        edges.append(Edge(last, sid))
+        if extra == "mask":
+            side_nodes.append(Node("mask", "causal $M$", "mask", 0.6, y, w=1.05))
+            edges.append(Edge("mask", sid))
+        elif extra == "memory":
+            side_nodes.append(Node("memory", "encoder\nmemory", "memory", 0.55, y, w=1.0,
+                                   h=0.55))
+            edges.append(Edge("memory", sid, "$K, V$", kind="read", side="above"))
+        y -= step
+        nodes.append(Node(f"add{i}", "$+$", "operation", cx, y, w=0.5, h=0.4))
+        edges.append(Edge(sid, f"add{i}"))
+        edges.append(Edge(residual_from, f"add{i}", kind="residual", lane=0.35))
+        last = f"add{i}"
+        if not norm_first:
+            y -= step
+            nodes.append(Node(f"norm{i}", "layer norm", "norm", cx, y, w=1.9))
+            edges.append(Edge(last, f"norm{i}"))
+            last = f"norm{i}"
+        residual_from = last
+    if norm_first:
+        y -= step
+        nodes.append(Node("final_norm", "layer norm", "norm", cx, y, w=1.9))
+        edges.append(Edge(last, "final_norm"))
+        last = "final_norm"
+    y -= step
+    nodes.append(Node("out", "output", "output", cx, y, w=1.2))
+    edges.append(Edge(last, "out"))
+    # move everything up so that the output sits at the bottom margin
+    shift = 0.35 - (y - 0.225)
+    nodes = [Node(n.id, n.label, n.role, n.x, n.y + shift, n.w, n.h)
+             for n in nodes + side_nodes]
+    height = max(n.box[3] for n in nodes) + 0.3
+    order = "pre-norm (layer norm before each sublayer)" if norm_first else \
+        "post-norm (layer norm after each residual sum)"
+    if kind == "encoder":
+        what = "self-attention and a feed-forward network"
+    else:
+        what = ("masked self-attention under a causal mask, cross-attention whose keys and "
+                "values come from the encoder memory, and a feed-forward network")
+    name = f"{kind}_block_{'pre' if norm_first else 'post'}_norm"
+    alt = (f"Diagram: a Transformer {kind} block, {order}: {what}, each sublayer wrapped in a "
+           "residual path that carries its input around it to a sum.")
+    return Diagram(name, tuple(nodes), tuple(edges), alt=alt, height=round(height, 2))
+
+
+def encoder_block(norm_first: bool = True) -> Diagram:
+    """Chapter 6: the Transformer encoder block, pre-norm (``norm_first=True``: x + f(LN(x)),
+    and a final layer norm) or post-norm (LN(x + f(x))), residual paths on the right."""
+    return _block("encoder", norm_first)
+
+
+def decoder_block(norm_first: bool = True) -> Diagram:
+    """Chapter 6: the Transformer decoder block: masked self-attention (causal mask), cross-
+    attention reading keys and values from the encoder memory, feed-forward; residual paths
+    and layer norms as in :func:`encoder_block`."""
+    return _block("decoder", norm_first)
+
+
+def self_attention_projections() -> Diagram:
+    """Chapter 4: self-attention's queries, keys and values all come from one sequence X:
+    Q = X W_q, K = X W_k, V = X W_v, each a different projection of the same rows."""
+    nodes = (
+        Node("X", "$X$\n$(L, d)$", "input", 0.7, 1.6, w=1.0, h=0.75),
+        Node("Q", "$Q = XW_q$", "query", 4.1, 2.7, w=1.8),
+        Node("K", "$K = XW_k$", "key", 4.1, 1.6, w=1.8),
+        Node("V", "$V = XW_v$", "value", 4.1, 0.5, w=1.8),
+    )
+    edges = (
+        Edge("X", "Q", r"$W_q$: $d \times d_k$", side="above"),
+        Edge("X", "K", r"$W_k$: $d \times d_k$", side="above"),
+        Edge("X", "V", r"$W_v$: $d \times d_v$", side="below"),
+    )
+    alt = ("Diagram: self-attention. One sequence X of shape (L, d) gives the queries Q = X "
+           "W_q, the keys K = X W_k and the values V = X W_v, three projections of the same "
+           "rows, so every token is a query, a key and a value.")
+    return Diagram("self_attention_projections", nodes, edges, alt=alt, height=3.2)
+
+
+def soft_lookup(n_pairs: int = 3) -> Diagram:
+    """Chapter 2: attention as a soft lookup: a query q is scored against every key k_j, a
+    softmax over j turns the scores into weights alpha_j, and the output is the sum of the
+    values weighted by them."""
+    if not (2 <= n_pairs <= 4):
+        raise ValueError(f"n_pairs must be 2 to 4 (rows that fit), got {n_pairs}")
+    top = 0.5 + 0.8 * (n_pairs - 1)
+    rows = [top - 0.8 * j for j in range(n_pairs)]
+    mid = (rows[0] + rows[-1]) / 2
+    nodes = [Node("q", "$q$", "query", 0.4, mid, w=0.6)]
+    for j, y in enumerate(rows, start=1):
+        nodes += [Node(f"k{j}", f"$k_{j}$", "key", 1.7, y, w=0.7),
+                  Node(f"a{j}", rf"$\alpha_{j}$", "weights", 2.9, y, w=0.7),
+                  Node(f"v{j}", f"$v_{j}$", "value", 4.1, y, w=0.7)]
+    nodes.append(Node("o", r"$\sum_j \alpha_j v_j$", "output", 5.25, mid, w=1.0, h=0.55))
+    edges = []
+    for j in range(1, n_pairs + 1):
+        edges += [Edge("q", f"k{j}"), Edge(f"k{j}", f"a{j}"), Edge(f"a{j}", f"v{j}"),
+                  Edge(f"v{j}", "o")]
+    regions = (Region("softmax over $j$", tuple(f"a{j}" for j in range(1, n_pairs + 1)),
+                      pad=0.12),)
+    height = top + 0.25 + 0.55
+    alt = (f"Diagram: attention as a soft lookup. A query q is compared with each of "
+           f"{n_pairs} keys k_j; a softmax over j turns the scores into weights alpha_j that "
+           "sum to 1; the output is the sum of the values v_j weighted by alpha_j, a blend of "
+           "every value rather than the one value of the best key.")
+    return Diagram("soft_lookup", tuple(nodes), tuple(edges), regions, alt=alt,
+                   height=round(height, 2))
+
+
+def rnn_encoder_decoder(steps: int = 3) -> Diagram:
+    """Chapter 1: the RNN encoder-decoder with one fixed context vector C (left panel)
+    against one context c_i per output step with attention (right panel): encoder states
+    h_j at the bottom, decoder states s_i at the top; ``steps`` input and output steps."""
+    if steps not in (2, 3):
+        raise ValueError(f"steps must be 2 or 3 (boxes that fit the width), got {steps}")
+    left = [0.55 + 0.8 * j for j in range(steps)]
+    right = [3.65 + 0.8 * j for j in range(steps)]
+    y_h, y_c, y_s = 0.45, 1.5, 2.55
+    nodes, edges = [], []
+    # left panel: without attention, the last encoder state becomes C
+    for j, x in enumerate(left, start=1):
+        nodes.append(Node(f"h{j}", f"$h_{j}$", "memory", x, y_h, w=0.55))
+        if j > 1:
+            edges.append(Edge(f"h{j - 1}", f"h{j}"))
+    nodes.append(Node("C", "$C$", "output", left[-1], y_c, w=0.55))
+    edges.append(Edge(f"h{steps}", "C"))
+    for i, x in enumerate(left, start=1):
+        nodes.append(Node(f"s{i}", f"$s_{i}$", "query", x, y_s, w=0.55))
+        edges.append(Edge("C", f"s{i}"))
+        if i > 1:
+            edges.append(Edge(f"s{i - 1}", f"s{i}"))
+    n_left = len(nodes)
+    # right panel: with attention, every output step gets its own context
+    for j, x in enumerate(right, start=1):
+        nodes.append(Node(f"ah{j}", f"$h_{j}$", "memory", x, y_h, w=0.55))
+        if j > 1:
+            edges.append(Edge(f"ah{j - 1}", f"ah{j}"))
+    for i, x in enumerate(right, start=1):
+        nodes.append(Node(f"c{i}", f"$c_{i}$", "output", x, y_c, w=0.55))
+        nodes.append(Node(f"as{i}", f"$s_{i}$", "query", x, y_s, w=0.55))
+        edges.append(Edge(f"c{i}", f"as{i}"))
+        if i > 1:
+            edges.append(Edge(f"as{i - 1}", f"as{i}"))
+        for j in range(1, steps + 1):
+            edges.append(Edge(f"ah{j}", f"c{i}"))
+    regions = (
+        Region("no attention: one $C$", tuple(n.id for n in nodes[:n_left]), pad=0.15),
+        Region("attention: $c_i$ per step", tuple(n.id for n in nodes[n_left:]), pad=0.15),
+    )
+    alt = ("Diagram: an RNN encoder-decoder two ways. Left, without attention: the encoder "
+           "states h_j end in one fixed context vector C that every decoder state s_i reads. "
+           "Right, with attention: each output step i gets its own context c_i, a weighted "
+           "sum of all the encoder states h_j, so an arrow runs from every h_j to every c_i.")
+    return Diagram("rnn_encoder_decoder", tuple(nodes), tuple(edges), regions, alt=alt,
+                   height=3.35)
+
+
+def band_window(length: int = 8, window: int = 2, causal: bool = False) -> Diagram:
+    """Chapter 4: a band window over the ``(L, L)`` score grid: query ``i`` (rows, down) may
+    attend to key ``j`` (columns, across) when ``|i - j| < window`` (and ``j <= i`` when
+    ``causal``), the rule of :func:`attention_src.softmax.band_mask`. Cells inside the band
+    have the weights' colour, cells outside the mask's hatching."""
+    if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= 8:
+        raise ValueError(f"length must be an int from 2 to 8 (cells that fit), got {length!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    cell, x0 = 0.36, 0.9
+    top = 0.3 + cell * length + 0.2
+    nodes = []
+    for j in range(length):
+        nodes.append(Node(f"k{j}", f"$k_{j + 1}$", "key",
+                          x0 + cell * (j + 0.5), top + 0.2, w=cell - 0.04, h=0.34))
+    for i in range(length):
+        y = top - cell * (i + 0.5) - 0.05
+        nodes.append(Node(f"q{i}", f"$q_{i + 1}$", "query",
+                          x0 - 0.3, y, w=0.36, h=cell - 0.04))
+        for j in range(length):
+            inside = abs(i - j) < window and (j <= i or not causal)
+            nodes.append(Node(f"c{i}_{j}", "", "weights" if inside else "mask",
+                              x0 + cell * (j + 0.5), y, w=cell - 0.04, h=cell - 0.04))
+    band = "|i - j| < " + str(window) + (", j <= i" if causal else "")
+    band_tex = "$|i - j| < " + str(window) + (r",\ j \leq i" if causal else "") + "$"
+    nodes.append(Node("note", "query $i$ sees\nkey $j$ when\n" + band_tex, "weights",
+                      x0 + cell * length + 1.05, top - cell * length / 2, w=1.7, h=1.1))
+    alt = (f"Diagram: a band window over the {length} by {length} grid of queries (rows) and "
+           f"keys (columns). Query i may attend to key j only when {band}, so each query "
+           f"sees at most {2 * window - 1 if not causal else window} keys; the cells outside "
+           "the band are masked.")
+    height = top + 0.45
+    name = f"band_window{'_causal' if causal else ''}"
+    return Diagram(name, tuple(nodes), alt=alt, height=round(height, 2))
+
+
+def flash_tiling() -> Diagram:
+    """Chapter 9: FlashAttention's tiling. Q, K, V and O stay in slow, large memory (HBM);
+    one block Q_i and, in turn, each block K_j, V_j are loaded into fast, small memory
+    (SRAM), where the block of scores S_ij updates the running maximum m_i and sum l_i and
+    the rescaled output O_i; O_i is written back once, after the last key block."""
+    hbm_x, tile_x, op_x = 0.75, 3.0, 4.85
+    nodes = (
+        Node("Q", "$Q$", "query", hbm_x, 4.4, w=0.9),
+        Node("K", "$K$", "key", hbm_x, 3.6, w=0.9),
+        Node("V", "$V$", "value", hbm_x, 2.8, w=0.9),
+        Node("O", "$O$", "output", hbm_x, 1.4, w=0.9),
+        Node("Qi", "$Q_i$", "query", tile_x, 4.4, w=0.8),
+        Node("Kj", "$K_j$", "key", tile_x, 3.6, w=0.8),
+        Node("Vj", "$V_j$", "value", tile_x, 2.8, w=0.8),
+        Node("S", r"$S_{ij} = Q_i K_j^\top$", "weights", op_x, 4.0, w=1.65, h=0.5),
+        Node("stats", "running\n$m_i$, $\\ell_i$", "memory", op_x, 3.05, w=1.3, h=0.6),
+        Node("Oi", "$O_i$, rescaled", "output", op_x, 1.95, w=1.5),
+    )
+    edges = (
+        Edge("Q", "Qi", "block $i$", kind="read", side="above"),
+        Edge("K", "Kj", "block $j$", kind="read", side="above"),
+        Edge("V", "Vj", "block $j$", kind="read", side="above"),
+        Edge("Qi", "S"),
+        Edge("Kj", "S"),
+        Edge("S", "stats"),
+        Edge("stats", "Oi"),
+        Edge("Vj", "Oi"),
+        Edge("Oi", "O", "written once", side="below"),
+    )
+    regions = (
+        Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
+        Region("SRAM: one tile, each $j$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
+               pad=0.12),
+    )
+    alt = ("Diagram: FlashAttention's tiling. Q, K, V and the output O stay in the slow, large "
+           "HBM; a block Q_i and, one after another, each block K_j and V_j are loaded into "
+           "the fast, small SRAM, where the block of scores S_ij updates the running maximum "
+           "m_i and sum l_i and rescales the partial output O_i, which is written back to HBM "
+           "once. The full L_q by L_k score matrix is never stored.")
+    return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=5.15)
+
+
+def kv_cache_growth(steps: int = 4) -> Diagram:
+    """Chapter 9: the KV cache during decoding. At step t the new token's query q_t attends
+    to the cached keys and values of every step so far: the cache grows by one key and one
+    value a step (row t holds t of each) and nothing cached is recomputed."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= 5:
+        raise ValueError(f"steps must be an int from 2 to 5 (rows that fit), got {steps!r}")
+    cell, gap = 0.44, 0.78
+    k_x, v_x = 1.2, 1.2 + cell * steps + 0.35
+    nodes, edges = [], []
+    for t in range(1, steps + 1):
+        y = 0.45 + gap * (steps - t)
+        nodes.append(Node(f"q{t}", f"$q_{t}$", "query", 0.45, y, w=0.5))
+        for j in range(1, t + 1):
+            nodes.append(Node(f"k{t}_{j}", f"$k_{j}$", "key", k_x + cell * (j - 1), y,
+                              w=cell - 0.06))
+            nodes.append(Node(f"v{t}_{j}", f"$v_{j}$", "value", v_x + cell * (j - 1), y,
+                              w=cell - 0.06))
+        edges.append(Edge(f"q{t}", f"k{t}_1"))
+    alt = (f"Diagram: the KV cache over {steps} decoding steps. At step t the new query q_t "
+           "attends to the keys k_1 to k_t and values v_1 to v_t: one new key and one new "
+           "value are appended each step and the cached ones are reused, not recomputed, so "
+           "the cache grows linearly with the number of generated tokens.")
+    height = 0.45 + gap * (steps - 1) + 0.45
+    return Diagram("kv_cache_growth", tuple(nodes), tuple(edges), alt=alt,
+                   height=round(height, 2))
+
+
+def node_neighbourhood() -> Diagram:
+    """Chapter 8: a node attending to its neighbours. Node i is the query; each neighbour j
+    (an edge j -> i) and i itself are keys, with weight alpha_ij; a node that is not a
+    neighbour gets no weight."""
+    centre = (2.9, 1.9)
+    nodes = [Node("i", r"$i$: $\alpha_{ii}$", "query", *centre, w=0.95)]
+    edges = []
+    neighbours = ((1.2, 3.1), (4.6, 3.1), (1.2, 0.7), (4.6, 0.7))
+    for n, (x, y) in enumerate(neighbours, start=1):
+        nodes.append(Node(f"j{n}", f"${n}$", "key", x, y, w=0.55))
+        edges.append(Edge(f"j{n}", "i", rf"$\alpha_{{i{n}}}$",
+                          side="left" if x < centre[0] else "right"))
+    nodes.append(Node("far", "$u$", "input", 5.35, 1.9, w=0.55))
+    edges.append(Edge("far", "j2"))
+    alt = ("Diagram: graph attention at one node. Node i is the query; its neighbours 1 to 4 "
+           "(an edge from each to i) are the keys, each with a weight alpha_ij, and i "
+           "also attends to itself; node u, two edges away, gets no weight from i in one "
+           "layer.")
+    return Diagram("node_neighbourhood", tuple(nodes), tuple(edges), alt=alt, height=3.6)
+
+
+def receptive_fields(length: int = 5) -> Diagram:
+    """Chapter 7: how the output at one position reaches the inputs, three ways. A stack of
+    two convolutions of width 3 (``conv``: the middle output sees 5 inputs, through 2
+    layers), a recurrent chain (``rnn``: the last state sees every input, the first through
+    ``length`` steps) and one self-attention layer (``attn``: the output sees every input
+    in one step). Node ids: ``{panel}_x{t}`` inputs, ``conv_l{t}`` the first convolution,
+    ``rnn_h{t}`` the states, ``{panel}_out`` the output."""
+    if isinstance(length, bool) or not isinstance(length, int) or length not in (3, 5):
+        raise ValueError(f"length must be 3 or 5 (positions that fit), got {length!r}")
+    size, step, panel_w = 0.26, 0.34, 1.93
+    mid = (length + 1) // 2
+    nodes, edges = [], []
+    for p, panel in enumerate(("conv", "rnn", "attn")):
+        x0 = 0.05 + p * panel_w + (panel_w - step * length) / 2
+
+        def at(t, x0=x0):
+            return x0 + step * (t - 0.5)
+
+        for t in range(1, length + 1):
+            nodes.append(Node(f"{panel}_x{t}", "", "input", at(t), 0.35, w=size, h=size))
+        if panel == "conv":
+            for t in range(mid - 1, mid + 2):
+                nodes.append(Node(f"conv_l{t}", "", "operation", at(t), 1.1, w=size, h=size))
+                edges += [Edge(f"conv_x{u}", f"conv_l{t}") for u in (t - 1, t, t + 1)
+                          if 1 <= u <= length]
+                edges.append(Edge(f"conv_l{t}", "conv_out"))
+            out_t = mid
+        elif panel == "rnn":
+            for t in range(1, length + 1):
+                nodes.append(Node(f"rnn_h{t}", "", "memory", at(t), 1.1, w=size, h=size))
+                edges.append(Edge(f"rnn_x{t}", f"rnn_h{t}"))
+                if t > 1:
+                    edges.append(Edge(f"rnn_h{t - 1}", f"rnn_h{t}"))
+            edges.append(Edge(f"rnn_h{length}", "rnn_out"))
+            out_t = length
+        else:
+            edges += [Edge(f"attn_x{t}", "attn_out") for t in range(1, length + 1)]
+            out_t = mid
+        nodes.append(Node(f"{panel}_out", "", "output", at(out_t), 1.85, w=size, h=size))
+    regions = tuple(Region(label, tuple(n.id for n in nodes if n.id.startswith(panel)),
+                           pad=0.1)
+                    for panel, label in (("conv", "2 convolutions"), ("rnn", "recurrence"),
+                                         ("attn", "self-attention")))
+    alt = (f"Diagram: receptive fields over {length} input positions. Two stacked "
+           "convolutions of width 3 let the middle output see 5 inputs through 2 layers; a "
+           "recurrent chain lets the last state see every input, the first one through "
+           f"{length} steps; one self-attention layer connects the output to every input "
+           "directly, in one step.")
+    return Diagram("receptive_fields", tuple(nodes), tuple(edges), regions, alt=alt,
+                   height=2.45)
+
+
+def encoder_decoder() -> Diagram:
+    """Chapter 6: the full Transformer encoder-decoder, bottom to top: the source tokens are
+    embedded and pass N encoder blocks into the memory; the shifted target tokens are
+    embedded and pass N decoder blocks, whose cross-attention reads keys and values from
+    the memory; a linear layer and a softmax give the next token's probabilities."""
+    ex, dx = 1.35, 4.2
+    nodes = (
+        Node("src", "source tokens", "input", ex, 0.4, w=1.9),
+        Node("src_embed", "embed + position", "operation", ex, 1.3, w=2.1),
+        Node("encoder", "encoder block", "operation", ex, 2.35, w=1.9),
+        Node("memory", "memory", "memory", ex, 3.45, w=1.5),
+        Node("tgt", "target, shifted", "input", dx, 0.4, w=1.9),
+        Node("tgt_embed", "embed + position", "operation", dx, 1.3, w=2.1),
+        Node("decoder", "decoder block", "operation", dx, 2.35, w=1.9),
+        Node("head", "linear + softmax", "operation", dx, 3.45, w=2.0),
+        Node("probs", "next-token\nprobabilities", "output", dx, 4.4, w=1.9, h=0.6),
+    )
+    edges = (
+        Edge("src", "src_embed"),
+        Edge("src_embed", "encoder", r"$(B, L_k, d_{\mathrm{model}})$", side="left"),
+        Edge("encoder", "memory"),
+        Edge("memory", "decoder", "$K, V$", kind="read", side="above"),
+        Edge("tgt", "tgt_embed"),
+        Edge("tgt_embed", "decoder", r"$(B, L_q, d_{\mathrm{model}})$", side="right"),
+        Edge("decoder", "head"),
+        Edge("head", "probs"),
+    )
+    regions = (Region(r"$\times N$", ("encoder",), style="repeat", pad=0.12),
+               Region(r"$\times N$", ("decoder",), style="repeat", pad=0.12))
+    alt = ("Diagram: the Transformer encoder-decoder, read bottom to top. The source tokens "
+           "are embedded with their positions and pass N encoder blocks into the memory; the "
+           "target tokens, shifted right, are embedded and pass N decoder blocks, whose "
+           "cross-attention takes its keys and values from the memory; a linear layer and a "
+           "softmax give the probabilities of the next token.")
+    return Diagram("encoder_decoder", nodes, edges, regions, alt=alt, height=4.9)
+
+
+#: name -> builder with its default arguments, for tests and for the closing note's list.
+BUILDERS = {
+    "scaled_dot_product_graph": scaled_dot_product_graph,
+    "multi_head": multi_head,
+    "encoder_block_pre_norm": lambda: encoder_block(True),
+    "encoder_block_post_norm": lambda: encoder_block(False),
+    "decoder_block_pre_norm": lambda: decoder_block(True),
+    "decoder_block_post_norm": lambda: decoder_block(False),
+    "encoder_decoder": encoder_decoder,
+    "self_attention_projections": self_attention_projections,
+    "soft_lookup": soft_lookup,
+    "rnn_encoder_decoder": rnn_encoder_decoder,
+    "band_window": band_window,
+    "flash_tiling": flash_tiling,
+    "kv_cache_growth": kv_cache_growth,
+    "node_neighbourhood": node_neighbourhood,
+    "receptive_fields": receptive_fields,
+}
