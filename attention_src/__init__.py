@@ -21,8 +21,11 @@ recurrent and convolutional layers, their FLOPs and path lengths, chapter 7), ``
 attention, GAT and GATv2 computed as PyTorch Geometric's ``GATConv`` and ``GATv2Conv``, chapter
 8; its layers and dense-view helpers are also exported here), ``graph_tasks`` (chapter 8's
 graphs, lookup task, node classifiers and attention measurements), ``stats`` (standard errors,
-t-intervals and safe rounding of the chapters' measurements): ``from attention_src import
-data, seq2seq, training``.
+t-intervals and safe rounding of the chapters' measurements), ``saved`` (the saved results the
+chapters load, shipped in the package with their SHA-256), ``glue`` (MyST-NB's ``glue`` in the
+book's build, a stand-in elsewhere), ``diagrams`` (the book's architecture diagrams: data plus a
+matplotlib SVG renderer), ``interactive`` (interactive figures for the static site and
+Jupyter): ``from attention_src import data, seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
