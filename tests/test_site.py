@@ -18,65 +18,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import chromium, open_offline
 from tests.toc import ROOT, toc_entries
 
 pytestmark = pytest.mark.browser
 
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 PAGES = [p.relative_to(ROOT).with_suffix(".html") for p in toc_entries()]
-
-
-def _missing_requirement() -> str | None:
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing (apt-get install chromium)"
-    if not (SITE / "index.html").exists():
-        return "no built site: run make book"
-    return None
 
 
 @pytest.fixture(scope="module")
 def browser():
-    reason = _missing_requirement()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(reason)  # CI installs both; a skip there would hide a broken install
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    with chromium(SITE / "index.html", "run make book") as b:
         yield b
-        b.close()
 
 
-def _open_offline(browser, url: str, errors: list[str] | None = None):
-    """Open ``url`` with every non-file request blocked; return (page, blocked URLs).
-
-    Console errors and uncaught page errors are appended to ``errors`` when it is given.
-    """
-    page = browser.new_page()
-    blocked: list[str] = []
-    if errors is not None:
-        page.on("console",
-                lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-
-    def gate(route):
-        if route.request.url.startswith(("file://", "data:", "blob:")):
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
-
-    page.route("**/*", gate)
-    page.goto(url, wait_until="load")
-    return page, blocked
 
 
 @pytest.mark.parametrize("rel", PAGES, ids=lambda p: p.name)
@@ -84,7 +41,7 @@ def test_page_is_self_contained_and_typeset(browser, rel):
     path = SITE / rel
     assert path.exists(), f"{rel} was not built"
     errors: list[str] = []
-    page, blocked = _open_offline(browser, path.as_uri(), errors)
+    page, blocked = open_offline(browser, path.as_uri(), errors)
     try:
         has_math = page.locator(".math").count() > 0
         if has_math:
@@ -128,7 +85,7 @@ def test_page_is_self_contained_and_typeset(browser, rel):
 
 def test_math_renders_on_the_notation_page(browser):
     """A page known to hold formulas typesets at least a dozen of them."""
-    page, _ = _open_offline(browser, (SITE / "book" / "notation.html").as_uri())
+    page, _ = open_offline(browser, (SITE / "book" / "notation.html").as_uri())
     try:
         page.wait_for_function("() => document.querySelectorAll('mjx-container').length >= 12",
                                timeout=20_000)
@@ -176,7 +133,7 @@ CHAPTER_PAGES = [p for p in NOTEBOOK_PAGES if p.parent.name == "book"]
 
 def test_search_finds_softmax_in_chapters_2_and_3(browser):
     """The site's own search (searchindex.js, offline) lists chapters 2 and 3 for "softmax"."""
-    page, _ = _open_offline(browser, (SITE / "search.html").as_uri() + "?q=softmax")
+    page, _ = open_offline(browser, (SITE / "search.html").as_uri() + "?q=softmax")
     try:
         page.wait_for_function(
             "() => document.querySelectorAll('#search-results ul.search li a').length > 0",
@@ -197,7 +154,7 @@ def test_search_finds_softmax_in_chapters_2_and_3(browser):
 
 def test_dark_mode_switch_changes_the_theme(browser):
     """The theme switch in the header moves the page from light to dark colours."""
-    page, _ = _open_offline(browser, (SITE / "book" / "notation.html").as_uri())
+    page, _ = open_offline(browser, (SITE / "book" / "notation.html").as_uri())
     try:
         def state():
             return page.evaluate(
@@ -224,7 +181,7 @@ def test_dark_mode_switch_changes_the_theme(browser):
 @pytest.mark.parametrize("rel", CHAPTER_PAGES, ids=lambda p: p.name)
 def test_download_button_offers_the_notebook(browser, rel):
     """Each chapter's download menu links its .ipynb, and that file is the stored notebook."""
-    page, _ = _open_offline(browser, (SITE / rel).as_uri())
+    page, _ = open_offline(browser, (SITE / rel).as_uri())
     try:
         page.locator(".dropdown-download-buttons button").first.click()
         link = page.locator(".dropdown-download-buttons a[href$='.ipynb']").first

@@ -15,7 +15,7 @@ For each page of ``_toc.yml`` (or the pages named, e.g. ``book/05_multi_head``) 
   scripts and styles are cached).
 
 ``--shots DIR`` keeps a phone (390x844) screenshot of each page's first screen there. The site
-is opened from disk with the network cut off, as in ``tests/test_site.py``.
+is opened from disk with the network cut off, as in ``tests/browser.py``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _file_size(url: str) -> int:
 
 
 def measure(browser, rel: Path, shots: Path | None) -> dict:
-    from tests.test_site import CHROMIUM  # noqa: F401  (the same browser as the tests)
+    from tests.browser import CHROMIUM  # noqa: F401  (the same browser as the tests)
 
     url = (SITE / rel).as_uri()
     row: dict = {"page": str(rel.with_suffix(""))}
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    from tests.test_site import CHROMIUM, CHROMIUM_ARGS
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
     entries = toc_entries()
     if args.pages:
