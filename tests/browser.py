@@ -12,6 +12,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -53,15 +54,36 @@ def chromium(required: Path | None = None, hint: str = "") -> Iterator[object]:
             browser.close()
 
 
+def file_size(url: str) -> int:
+    """The size in bytes of the local file a ``file://`` URL names (0 for anything else)."""
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        return 0
+    path = Path(unquote(parts.path))
+    return path.stat().st_size if path.is_file() else 0
+
+
+def page_weight(requested: list[str]) -> tuple[int, int]:
+    """(first, own): the bytes of every distinct file a first visit loaded, and of those that
+    are the page's own (its HTML and images, not the shared ``_static`` files a reader's
+    browser has cached after the first page)."""
+    files = {u.split("?")[0].split("#")[0] for u in requested if u.startswith("file://")}
+    own = [u for u in files if "/_static/" not in u]
+    return sum(file_size(u) for u in files), sum(file_size(u) for u in own)
+
+
 def open_offline(browser, url: str, errors: list[str] | None = None,
-                 viewport: dict[str, int] | None = None):
+                 viewport: dict[str, int] | None = None, requested: list[str] | None = None):
     """Open ``url`` with every non-file request blocked; return (page, blocked URLs).
 
-    Console errors and uncaught page errors are appended to ``errors`` when it is given.
-    ``viewport`` is e.g. ``{"width": 390, "height": 844}`` (Chromium's default otherwise).
+    Console errors and uncaught page errors are appended to ``errors`` when it is given, and
+    every URL the page requests to ``requested``. ``viewport`` is e.g.
+    ``{"width": 390, "height": 844}`` (Chromium's default otherwise).
     """
     page = browser.new_page(viewport=viewport) if viewport else browser.new_page()
     blocked: list[str] = []
+    if requested is not None:
+        page.on("request", lambda r: requested.append(r.url))
     if errors is not None:
         page.on("console",
                 lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)

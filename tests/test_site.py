@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import chromium, open_offline
+from tests.browser import chromium, open_offline, page_weight
 from tests.toc import ROOT, toc_entries
 
 pytestmark = pytest.mark.browser
@@ -26,6 +26,12 @@ pytestmark = pytest.mark.browser
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 PAGES = [p.relative_to(ROOT).with_suffix(".html") for p in toc_entries()]
+#: The reader's-page budget: what a first visit of one page may load (theme, fonts, MathJax,
+#: scripts, the page and its images), and what the page itself may weigh (its HTML and images,
+#: what every further page costs once the shared files are cached). Measured before the
+#: interactive figures: chapters weighed 2.31-2.46 MB on a first visit, 0.42-0.59 MB their own.
+MAX_FIRST_VISIT_BYTES = 3_000_000
+MAX_OWN_BYTES = 1_000_000
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +47,8 @@ def test_page_is_self_contained_and_typeset(browser, rel):
     path = SITE / rel
     assert path.exists(), f"{rel} was not built"
     errors: list[str] = []
-    page, blocked = open_offline(browser, path.as_uri(), errors)
+    requested: list[str] = []
+    page, blocked = open_offline(browser, path.as_uri(), errors, requested=requested)
     try:
         has_math = page.locator(".math").count() > 0
         if has_math:
@@ -73,6 +80,11 @@ def test_page_is_self_contained_and_typeset(browser, rel):
                  .map(i => i.getAttribute('src'))"""
         )
         assert not no_alt, f"{rel}: figures without a real alt text: {no_alt}"
+        first, own = page_weight(requested)
+        assert first <= MAX_FIRST_VISIT_BYTES and own <= MAX_OWN_BYTES, (
+            f"{rel} weighs {first / 1e6:.2f} MB on a first visit ({own / 1e6:.2f} MB of its "
+            f"own): the budget is {MAX_FIRST_VISIT_BYTES / 1e6:.1f} MB "
+            f"({MAX_OWN_BYTES / 1e6:.1f} MB)")
         assert not blocked, f"{rel} tried to reach the network: {blocked}"
         assert not errors, f"{rel}: console errors: {errors}"
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)

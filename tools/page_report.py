@@ -24,7 +24,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -50,16 +49,8 @@ def visible_code_lines(notebook: Path) -> int:
     return lines
 
 
-def _file_size(url: str) -> int:
-    parts = urlsplit(url)
-    if parts.scheme != "file":
-        return 0
-    path = Path(unquote(parts.path))
-    return path.stat().st_size if path.is_file() else 0
-
-
 def measure(browser, rel: Path, shots: Path | None) -> dict:
-    from tests.browser import CHROMIUM  # noqa: F401  (the same browser as the tests)
+    from tests.browser import page_weight
 
     url = (SITE / rel).as_uri()
     row: dict = {"page": str(rel.with_suffix(""))}
@@ -88,10 +79,7 @@ def measure(browser, rel: Path, shots: Path | None) -> dict:
                 page.screenshot(path=str(shot))
                 row["shot"] = str(shot)
         page.close()
-    files = {u for u in requested if u.startswith("file://")}
-    row["first"] = sum(_file_size(u) for u in files)
-    own = [u for u in files if "/_static/" not in u]
-    row["cached"] = sum(_file_size(u) for u in own)
+    row["first"], row["cached"] = page_weight(requested)
     return row
 
 

@@ -1,0 +1,103 @@
+"""The interactive figures on the built chapter pages, in headless Chromium, offline.
+
+Run by ``make site-test`` after ``make book``. Each page whose notebook stores an interactive
+figure (``attention_src.interactive``) is opened from disk at phone width (390 x 844) with
+every non-file request blocked. The page must load the site's one copy of the renderer
+(``_static/interactive.js``, the package's ``RENDERER_JS``) and no inline copy; each figure must
+be drawn, carry the JSON its notebook cell stored, and respond to clicks, hovers, keys and
+sliders with exactly the numbers the notebook computed (the checks of
+``tests/interactive_checks.py``); the page must log no console error and stay 390 px wide. A
+screenshot of each figure as drawn on its page is kept in ``_build/screenshots/interactive/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from attention_src.interactive import RENDERER_JS
+from tests import interactive_checks as C
+from tests.browser import chromium, open_offline
+from tests.toc import ROOT, toc_entries
+
+pytestmark = pytest.mark.browser
+
+SITE = ROOT / "_build" / "html"
+KEEP = ROOT / "_build" / "screenshots" / "interactive"
+PHONE = {"width": 390, "height": 844}
+FIGURE = re.compile(r'<div data-interactive="(\w+)".*?<script type="application/json">(.*?)'
+                    r"</script>", re.DOTALL)
+
+
+def stored_figures(notebook: Path) -> list[tuple[str, dict]]:
+    """(name, payload) of each interactive figure ``notebook`` stores, in page order."""
+    figures = []
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            html = out.get("data", {}).get("text/html", "")
+            html = "".join(html) if isinstance(html, list) else html
+            figures += [(name, json.loads(data)) for name, data in FIGURE.findall(html)]
+    return figures
+
+
+NOTEBOOKS = [e for e in toc_entries() if e.suffix == ".ipynb"]
+WITH_FIGURES = {nb: stored_figures(nb) for nb in NOTEBOOKS}
+WITH_FIGURES = {nb: figs for nb, figs in WITH_FIGURES.items() if figs}
+
+
+def _html(nb: Path) -> Path:
+    return SITE / nb.relative_to(ROOT).with_suffix(".html")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium(SITE / "index.html", "run make book") as b:
+        yield b
+
+
+@pytest.mark.parametrize("notebook", sorted(WITH_FIGURES), ids=lambda p: p.stem)
+def test_each_figure_on_its_page_shows_what_the_notebook_computed(browser, notebook):
+    expected = WITH_FIGURES[notebook]
+    errors: list[str] = []
+    page, blocked = open_offline(browser, _html(notebook).as_uri(), errors, viewport=PHONE)
+    try:
+        assert page.locator("script[src*='_static/interactive.js']").count() == 1
+        assert page.locator("script[data-interactive-renderer]").count() == 0, (
+            "the inline renderer was not removed from the built page")
+        boxes = page.locator("div[data-interactive]")
+        assert boxes.count() == len(expected)
+        KEEP.mkdir(parents=True, exist_ok=True)
+        for i, (name, payload) in enumerate(expected):
+            box = boxes.nth(i)
+            assert box.get_attribute("data-interactive") == name
+            C.check_rendered(box)
+            assert C.payload_of(box) == payload
+            box.scroll_into_view_if_needed()
+            C.CHECKS[name](page, box, payload)
+            shot = KEEP / f"{notebook.stem}_{i}_{name}.png"
+            box.screenshot(path=str(shot))
+            assert shot.stat().st_size > 2_000, f"{shot} looks empty"
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+        assert not blocked, f"requests that would leave the machine: {blocked}"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.close()
+
+
+def test_the_site_serves_the_packages_renderer_only_where_a_figure_is():
+    script = SITE / "_static" / "interactive.js"
+    if not script.exists():
+        pytest.skip("no built site: run make book")
+    assert script.read_text(encoding="utf-8") == RENDERER_JS
+    with_figures = {_html(nb) for nb in WITH_FIGURES}
+    for html in SITE.rglob("*.html"):
+        if "_static" in html.relative_to(SITE).parts:
+            continue
+        text = html.read_text(encoding="utf-8")
+        assert "data-interactive-renderer" not in text, f"{html}: an inline renderer"
+        loads = "_static/interactive.js" in text
+        assert loads == (html in with_figures), (
+            f"{html.relative_to(SITE)} {'loads' if loads else 'does not load'} the renderer")
