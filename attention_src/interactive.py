@@ -6,7 +6,7 @@ functions) and writes them, rounded to the :data:`DIGITS` decimals shown, as JSO
 cell's HTML output::
 
     <div data-interactive="attention_explorer" class="aei" role="figure" aria-label="...">
-      <p class="aei-fallback">...</p>
+      <div class="aei-fallback"><img src="data:image/png;base64,..." alt="..."><p>...</p></div>
       <script type="application/json">{...}</script>
       <script data-interactive-renderer>...</script>
     </div>
@@ -31,6 +31,7 @@ is under 12 kB (``len(RENDERER_JS)``; the test suite holds it there), and no new
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
@@ -145,14 +146,26 @@ class InteractiveFigure:
         return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
     def to_html(self, include_script: bool = True) -> str:
-        """The figure's HTML: its outer ``div``, fallback text, JSON and (by default) the
-        renderer inline."""
+        """The figure's HTML: its outer ``div``, the static fallback, the JSON and (by
+        default) the renderer inline.
+
+        The fallback is the static drawing as an ``<img>`` (a data URI) with the alt text,
+        and a line saying the figure is interactive where JavaScript runs: it is what a
+        reader sees where no script runs, e.g. a downloaded notebook that is not trusted
+        (JupyterLab then shows the HTML without its scripts, and keeps data-URI images). The
+        renderer removes it when it draws the figure.
+        """
         alt = html.escape(self.alt)
+        data, size = self.png()
+        image = (f'<img class="aei-static" src="data:image/png;base64,'
+                 f'{base64.b64encode(data).decode("ascii")}" alt="{alt}" '
+                 f'width="{size["width"]}" style="max-width:100%;height:auto">')
         script = (f"<script data-interactive-renderer>{RENDERER_JS}</script>"
                   if include_script else "")
         return (f'<div data-interactive="{self.name}" class="aei" role="figure" '
                 f'aria-label="{alt}">'
-                f'<p class="aei-fallback">{alt} (interactive where JavaScript runs)</p>'
+                f'<div class="aei-fallback">{image}'
+                f'<p>A static image: the figure is interactive where JavaScript runs.</p></div>'
                 f'<script type="application/json">{self.json()}</script>{script}</div>')
 
     def static_figure(self) -> Figure:

@@ -4,6 +4,7 @@ side is tests/test_interactive_browser.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from html.parser import HTMLParser
@@ -33,9 +34,11 @@ class _Parts(HTMLParser):
 
     def __init__(self):
         super().__init__()
-        self.divs, self.scripts, self._attrs = [], [], None
+        self.divs, self.scripts, self.images, self._attrs = [], [], [], None
 
     def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs))
         if tag == "div":
             self.divs.append(dict(attrs))
         if tag == "script":
@@ -108,6 +111,21 @@ def test_html_structure_and_escaping():
     assert json.loads(json_text)["tokens"] == TOKENS + ["</script>", "a&b"]
     assert "data-interactive-renderer" in js_attrs and js_text == I.RENDERER_JS
     assert len(_parts(fig.to_html(include_script=False)).scripts) == 1
+
+
+def test_html_fallback_is_the_static_image_with_the_alt_text():
+    """Where no script runs (an untrusted notebook), the HTML still shows the figure: the
+    static PNG as a data URI inside the fallback the renderer removes."""
+    fig = I.softmax_temperature([1.0, 2.0, -1.0], [0.5, 1.0, 2.0],
+                                alt='Interactive figure: "three" <scores>')
+    parts = _parts(fig.to_html())
+    assert any("aei-fallback" in d.get("class", "") for d in parts.divs)
+    (img,) = parts.images
+    prefix = "data:image/png;base64,"
+    assert img["src"].startswith(prefix)
+    assert base64.b64decode(img["src"][len(prefix):]) == fig.png()[0]
+    assert img["alt"] == 'Interactive figure: "three" <scores>'
+    assert int(img["width"]) == fig.png()[1]["width"]
 
 
 def test_mimebundle_has_html_png_and_text():

@@ -45,7 +45,13 @@ def _figures():
 
 
 @pytest.fixture(scope="module")
-def page_and_figures(tmp_path_factory):
+def browser():
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def page_and_figures(browser, tmp_path_factory):
     figs = _figures()
     folder = tmp_path_factory.mktemp("interactive")
     html = ("<!doctype html><html lang=en><head><meta charset=utf-8><title>figures</title>"
@@ -55,12 +61,12 @@ def page_and_figures(tmp_path_factory):
     path = folder / "figures.html"
     path.write_text(html, encoding="utf-8")
     errors: list[str] = []
-    with chromium() as browser:
-        page, blocked = open_offline(browser, path.as_uri(), errors,
-                                     viewport={"width": 390, "height": 844})
-        yield page, figs, folder
-        assert not errors, f"console errors: {errors}"
-        assert not blocked, f"requests that would leave the machine: {blocked}"
+    page, blocked = open_offline(browser, path.as_uri(), errors,
+                                 viewport={"width": 390, "height": 844})
+    yield page, figs, folder
+    page.close()
+    assert not errors, f"console errors: {errors}"
+    assert not blocked, f"requests that would leave the machine: {blocked}"
 
 
 def _box(page, name):
@@ -105,3 +111,27 @@ def test_screenshots_at_phone_width(page_and_figures):
         _box(page, name).screenshot(path=str(shot))
         assert shot.stat().st_size > 2_000
         shutil.copyfile(shot, KEEP / shot.name)
+
+
+def test_without_a_script_each_figure_shows_its_static_image(browser, tmp_path):
+    """What an untrusted notebook shows (HTML without scripts): the static image and a line
+    saying the figure is interactive elsewhere; the renderer, once loaded, replaces both."""
+    figs = _figures()
+    path = tmp_path / "static.html"
+    path.write_text("<!doctype html><html lang=en><head><meta charset=utf-8><title>static"
+                    "</title></head><body>"
+                    + "".join(f.to_html(include_script=False) for f in figs.values())
+                    + "</body></html>", encoding="utf-8")
+    errors: list[str] = []
+    page, blocked = open_offline(browser, path.as_uri(), errors,
+                                 viewport={"width": 390, "height": 844})
+    images = page.locator(".aei-fallback img.aei-static")
+    assert images.count() == len(figs)
+    sizes = images.evaluate_all("is => is.map(i => [i.naturalWidth, i.clientWidth])")
+    assert all(natural > 0 and 0 < shown <= 390 for natural, shown in sizes), sizes
+    assert page.locator("[data-rendered]").count() == 0
+    page.add_script_tag(content=I.RENDERER_JS)
+    assert page.locator(".aei-fallback").count() == 0
+    assert page.locator(".aei-view").count() == len(figs)
+    page.close()
+    assert not errors and not blocked
