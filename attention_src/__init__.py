@@ -7,25 +7,27 @@ Modules, one concept each: ``softmax`` (softmax and masks, including ``band_mask
 ``scoring`` (scoring functions), ``attention`` (scaled dot-product attention),
 ``kernel_regression`` (Nadaraya-Watson attention pooling), ``multihead`` (self- and multi-head
 attention), ``positional`` (sinusoidal encoding, rotary embedding), ``transformer`` (encoder
-and decoder blocks), ``efficient`` (online softmax, blockwise and grouped-query attention, the
-KV cache, chapter 9), ``profiling`` (exact memory and multiply-add counts of tensor code, CPU
-timings and log-log slopes, chapter 9), ``numpy_ref`` (NumPy versions), ``plotting`` (the
-figure style and ``show_heatmaps``), ``utils`` (seeding), ``validation`` (input checks).
-Imported as modules, for the experiments of one or two chapters: ``data`` (generated data
-sets), ``date_alignment`` (where a date translator's attention goes, chapter 2), ``seq2seq``
-(recurrent encoder-decoders), ``training`` (training loops), ``windowed``
-(banded attention that computes only the band, chapter 4), ``order_task`` (chapter 4's
-previous-token experiment), ``head_metrics`` (what heads do, chapter 5), ``language_model`` (an
-attention-only causal Transformer and its head scores, chapter 6), ``compare`` (self-attention,
-recurrent and convolutional layers, their FLOPs and path lengths, chapter 7), ``graph`` (graph
-attention, GAT and GATv2 computed as PyTorch Geometric's ``GATConv`` and ``GATv2Conv``, chapter
-8; its layers and dense-view helpers are also exported here), ``graph_tasks`` (chapter 8's
-graphs, lookup task, node classifiers and attention measurements), ``stats`` (standard errors,
-t-intervals and safe rounding of the chapters' measurements), ``saved`` (the saved results the
-chapters load, shipped in the package with their SHA-256), ``glue`` (MyST-NB's ``glue`` in the
-book's build, a stand-in elsewhere), ``diagrams`` (the book's architecture diagrams: data plus a
-matplotlib SVG renderer), ``interactive`` (interactive figures for the static site and
-Jupyter): ``from attention_src import data, seq2seq, training``.
+and decoder blocks, and the whole encoder-decoder ``Transformer``), ``efficient`` (online
+softmax, blockwise and grouped-query attention, the KV cache, chapter 9), ``profiling`` (exact
+memory and multiply-add counts of tensor code, CPU timings and log-log slopes, chapter 9),
+``numpy_ref`` (NumPy versions), ``plotting`` (the figure style and ``show_heatmaps``),
+``utils`` (seeding), ``validation`` (input checks). Imported as modules, for the experiments of
+one or two chapters: ``data`` (generated data sets), ``decoding`` (greedy and beam search for
+the encoder-decoder, with KV caches), ``date_alignment`` (where a date translator's attention
+goes, chapter 2), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops),
+``windowed`` (banded attention that computes only the band, chapter 4), ``order_task`` (chapter
+4's previous-token experiment), ``head_metrics`` (what heads do, chapter 5), ``language_model``
+(an attention-only causal Transformer and its head scores, chapter 6), ``compare``
+(self-attention, recurrent and convolutional layers, their FLOPs and path lengths, chapter 7),
+``graph`` (graph attention, GAT and GATv2 computed as PyTorch Geometric's ``GATConv`` and
+``GATv2Conv``, chapter 8; its layers and dense-view helpers are also exported here),
+``graph_tasks`` (chapter 8's graphs, lookup task, node classifiers and attention measurements),
+``stats`` (standard errors, t-intervals and safe rounding of the chapters' measurements),
+``saved`` (the saved results the chapters load, shipped in the package with their SHA-256),
+``glue`` (MyST-NB's ``glue`` in the book's build, a stand-in elsewhere), ``diagrams`` (the
+book's architecture diagrams: data plus a matplotlib SVG renderer), ``interactive``
+(interactive figures for the static site and Jupyter): ``from attention_src import data,
+seq2seq, training``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention
@@ -80,8 +82,10 @@ from attention_src.softmax import (
 from attention_src.transformer import (
     DecoderBlock,
     EncoderBlock,
+    Transformer,
     to_torch_decoder_layer,
     to_torch_encoder_layer,
+    to_torch_transformer,
 )
 from attention_src.utils import count_parameters, set_seed
 
@@ -109,6 +113,7 @@ __all__ = [
     "Score",
     "SelfAttention",
     "TensorMemory",
+    "Transformer",
     "UniformScore",
     "apply_book_style",
     "apply_rotary",
@@ -139,4 +144,5 @@ __all__ = [
     "to_torch_decoder_layer",
     "to_torch_encoder_layer",
     "to_torch_multihead",
+    "to_torch_transformer",
 ]

@@ -26,12 +26,15 @@ the same weights and say how to translate the masks.
 
 from __future__ import annotations
 
+import math
 import numbers
+import warnings
 
 import torch
 from torch import nn
 
 from attention_src.multihead import MultiHeadAttention, to_torch_multihead
+from attention_src.softmax import causal_mask
 from attention_src.utils import place
 from attention_src.validation import (
     check_mask,
@@ -46,6 +49,8 @@ __all__ = [
     "DecoderBlock",
     "to_torch_encoder_layer",
     "to_torch_decoder_layer",
+    "Transformer",
+    "to_torch_transformer",
 ]
 
 #: The feed-forward activations, by the names ``torch.nn.TransformerEncoderLayer`` accepts.
@@ -347,3 +352,223 @@ def to_torch_decoder_layer(block: DecoderBlock) -> nn.TransformerDecoderLayer:
         ref.multihead_attn.load_state_dict(to_torch_multihead(block.cross_attn).state_dict())
         ref.norm3.load_state_dict(block.norm3.state_dict())
     return ref
+
+
+# ------------------------------------------------------------------------ the whole model
+
+
+def _check_padding(name: str, padding: torch.Tensor | None, tokens: torch.Tensor) -> None:
+    """``padding`` must be ``None`` or a boolean ``(B, L)`` tensor matching ``tokens``, on its
+    device, with at least one real token per sequence (``True`` = real token)."""
+    if padding is None:
+        return
+    if not isinstance(padding, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(padding).__name__}")
+    if padding.dtype != torch.bool:
+        raise TypeError(f"{name} must be boolean (True = real token), got {padding.dtype}")
+    if padding.shape != tokens.shape:
+        raise ValueError(f"{name} must have the tokens' shape (B, L) = {tuple(tokens.shape)}, "
+                         f"got {tuple(padding.shape)}")
+    check_same_device(tokens=tokens, **{name: padding})
+    empty = (~padding.any(dim=1)).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"{name} marks no real token in sequence(s) {empty}")
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of Vaswani et al. (2017), from the book's blocks.
+
+    ``src: (B, S)`` token ids -> embeddings ``(B, S, E)`` scaled by ``sqrt(E)`` plus the
+    sinusoidal positions, then dropout -> ``num_layers`` :class:`EncoderBlock` -> the
+    *memory* ``(B, S, E)``. ``tgt: (B, T)`` (the output so far, starting with a start token)
+    -> embeddings the same way -> ``num_layers`` :class:`DecoderBlock` (causal
+    self-attention, cross-attention to the memory) -> a linear map to the target vocabulary:
+    logits ``(B, T, V_tgt)``. A pre-norm stack (``norm_first=True``) ends each stack with a
+    layer norm (its residual stream is never normalised otherwise); a post-norm stack does
+    not need one and has none.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes ``V_src``, ``V_tgt``.
+        embed_dim: model width ``E`` (``d_model``).
+        num_heads: heads ``h`` of every attention; must divide ``embed_dim``.
+        num_layers: blocks in the encoder, and in the decoder.
+        ff_dim: hidden width of every feed-forward network (``d_ff``).
+        dropout: rate of every dropout (embeddings + positions, and inside the blocks).
+        norm_first: pre-norm (``True``) or post-norm (``False``, the paper's) blocks.
+        activation: ``"relu"`` or ``"gelu"``.
+        max_len: the longest source or target the position table covers.
+        tie_output: share the output projection's weight with the target embedding
+            (Press & Wolf, 2017; Vaswani et al. §3.4 share it).
+        layer_norm_eps: ``eps`` of every layer norm.
+        device, dtype: keywords; where the model goes and its floating dtype (weights drawn
+            on the CPU, then moved: a seed gives the same model on every device).
+
+    Masks are boolean, ``True`` = may attend; padding masks are ``(B, L)`` with ``True`` = a
+    real token.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        embed_dim: int,
+        num_heads: int,
+        num_layers: int,
+        ff_dim: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        max_len: int = 256,
+        tie_output: bool = False,
+        layer_norm_eps: float = 1e-5,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__()
+        check_positive_int("src_vocab_size", src_vocab_size)
+        check_positive_int("tgt_vocab_size", tgt_vocab_size)
+        check_positive_int("num_layers", num_layers)
+        check_positive_int("max_len", max_len)
+        _check_block_arguments(embed_dim, num_heads, ff_dim, dropout, activation, layer_norm_eps)
+        from attention_src.positional import sinusoidal_positional_encoding
+
+        self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        self.norm_first, self.max_len = bool(norm_first), max_len
+        self.src_embed = nn.Embedding(src_vocab_size, embed_dim)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_dim)
+        # (max_len, E); a buffer, so it follows .to(), but not a parameter
+        self.register_buffer("positions", sinusoidal_positional_encoding(max_len, embed_dim),
+                             persistent=False)
+        self.embed_dropout = nn.Dropout(dropout)
+        block = dict(embed_dim=embed_dim, num_heads=num_heads, ff_dim=ff_dim, dropout=dropout,
+                     norm_first=norm_first, activation=activation,
+                     layer_norm_eps=layer_norm_eps)
+        self.encoder_layers = nn.ModuleList(EncoderBlock(**block) for _ in range(num_layers))
+        self.decoder_layers = nn.ModuleList(DecoderBlock(**block) for _ in range(num_layers))
+        self.encoder_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if norm_first else None
+        self.output = nn.Linear(embed_dim, tgt_vocab_size)
+        self.tie_output = bool(tie_output)
+        if self.tie_output:
+            self.output.weight = self.tgt_embed.weight  # (V_tgt, E), one tensor
+        place(self, device, dtype)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}, tie_output={self.tie_output}"
+
+    def _check_tokens(self, name: str, tokens: torch.Tensor, vocab_size: int) -> None:
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tokens).__name__}")
+        if tokens.dtype != torch.int64:
+            raise TypeError(f"{name} must hold int64 token ids, got {tokens.dtype}")
+        if tokens.dim() != 2 or tokens.shape[1] == 0:
+            raise ValueError(f"{name} must be (B, L) with L >= 1, got shape {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"{name} has length {tokens.shape[1]}, more than the model's "
+                             f"max_len = {self.max_len}")
+        device = self.output.weight.device
+        if tokens.device != device:
+            raise ValueError(f"{name} is on {tokens.device} but the model is on {device}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+            raise ValueError(f"{name} holds ids outside [0, {vocab_size}): "
+                             f"min {int(tokens.min())}, max {int(tokens.max())}")
+
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0):
+        """Token embeddings ``(B, L, E)`` times ``sqrt(E)`` plus the positions ``start ..
+        start + L - 1``, then dropout (Vaswani et al. §3.4, §5.4)."""
+        L = tokens.shape[1]
+        x = embedding(tokens) * math.sqrt(self.embed_dim)  # (B, L, E)
+        return self.embed_dropout(x + self.positions[start:start + L])  # (L, E) broadcast
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``src: (B, S)`` ids, ``src_mask``: boolean broadcastable to ``(B, S, S)`` (a source
+        padding mask ``p: (B, S)`` is ``p[:, None, :]``) -> memory ``(B, S, E)``."""
+        self._check_tokens("src", src, self.src_vocab_size)
+        x = self._embed(self.src_embed, src)  # (B, S, E)
+        for layer in self.encoder_layers:
+            x = layer(x, mask=src_mask)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
+               tgt_mask: torch.Tensor | None = None,
+               memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``tgt: (B, T)`` ids, ``memory: (B, S, E)`` -> the decoder's states ``(B, T, E)``.
+
+        ``tgt_mask`` (broadcastable to ``(B, T, T)``) is the self-attention's mask: pass the
+        causal mask (``causal_mask(T)``, with ``& padding[:, None, :]`` for padding); the
+        decoder adds none itself. ``memory_mask`` (broadcastable to ``(B, T, S)``) is the
+        cross-attention's, typically the source padding ``p[:, None, :]``."""
+        self._check_tokens("tgt", tgt, self.tgt_vocab_size)
+        x = self._embed(self.tgt_embed, tgt)  # (B, T, E)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, mask=tgt_mask, memory_mask=memory_mask)
+        return x if self.decoder_norm is None else self.decoder_norm(x)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor,
+                src_padding: torch.Tensor | None = None,
+                tgt_padding: torch.Tensor | None = None) -> torch.Tensor:
+        """``src: (B, S)``, ``tgt: (B, T)`` ids; paddings ``(B, S)``, ``(B, T)`` boolean with
+        ``True`` = real token, or ``None`` -> logits ``(B, T, V_tgt)``. Target position ``t``
+        sees target positions ``<= t`` (teacher forcing) and every real source token."""
+        self._check_tokens("src", src, self.src_vocab_size)
+        self._check_tokens("tgt", tgt, self.tgt_vocab_size)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"src and tgt must share the batch size, got {tuple(src.shape)} "
+                             f"and {tuple(tgt.shape)}")
+        _check_padding("src_padding", src_padding, src)
+        _check_padding("tgt_padding", tgt_padding, tgt)
+        T = tgt.shape[1]
+        src_mask = None if src_padding is None else src_padding[:, None, :]  # (B, 1, S)
+        tgt_mask = causal_mask(T, device=tgt.device)  # (T, T)
+        if tgt_padding is not None:
+            tgt_mask = tgt_mask & tgt_padding[:, None, :]  # (B, T, T)
+        memory = self.encode(src, src_mask)  # (B, S, E)
+        states = self.decode(tgt, memory, tgt_mask, src_mask)  # (B, T, E)
+        return self.output(states)  # (B, T, V_tgt)
+
+
+def to_torch_transformer(model: Transformer) -> nn.Transformer:
+    """PyTorch's ``nn.Transformer(batch_first=True)`` carrying ``model``'s encoder and
+    decoder stacks (settings, weights, dtype, device, mode).
+
+    ``nn.Transformer`` starts where the embeddings end and stops before the output
+    projection: ``model.output(ref(x_src, x_tgt, ...))`` equals ``model(src, tgt, ...)`` for
+    the embedded inputs ``x = model._embed(...)``. It always builds a final layer norm for
+    each stack; a post-norm ``model`` has none, so the copy's ``encoder.norm`` and
+    ``decoder.norm`` are removed (``None``). Masks as in :func:`to_torch_decoder_layer`
+    (PyTorch: ``True`` = *blocked*): ``tgt_mask=~causal_mask(T)``,
+    ``src_key_padding_mask=~src_padding``, ``tgt_key_padding_mask=~tgt_padding``,
+    ``memory_key_padding_mask=~src_padding``. In eval mode without autograd, PyTorch may take
+    its fused fast path, which with a padding mask returns 0 at padded positions (nested
+    tensors); ``torch.backends.mha.set_fastpath_enabled(False)`` compares every position.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    first = model.encoder_layers[0]
+    with warnings.catch_warnings():
+        # PyTorch notes that a pre-norm stack cannot use nested tensors: nothing to act on
+        warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+        ref = nn.Transformer(
+            d_model=model.embed_dim, nhead=model.num_heads,
+            num_encoder_layers=model.num_layers, num_decoder_layers=model.num_layers,
+            dim_feedforward=first.ff_dim, dropout=first.dropout.p,
+            activation=first.activation_name, layer_norm_eps=first.layer_norm_eps,
+            batch_first=True, norm_first=model.norm_first,
+        )
+    weight = model.output.weight
+    ref = ref.to(device=weight.device, dtype=weight.dtype)
+    for mine, theirs in zip(model.encoder_layers, ref.encoder.layers, strict=True):
+        copied = to_torch_encoder_layer(mine)
+        theirs.load_state_dict(copied.state_dict())
+    for mine, theirs in zip(model.decoder_layers, ref.decoder.layers, strict=True):
+        theirs.load_state_dict(to_torch_decoder_layer(mine).state_dict())
+    with torch.no_grad():
+        if model.norm_first:
+            ref.encoder.norm.load_state_dict(model.encoder_norm.state_dict())
+            ref.decoder.norm.load_state_dict(model.decoder_norm.state_dict())
+        else:
+            ref.encoder.norm = None
+            ref.decoder.norm = None
+    return ref.train(model.training)
