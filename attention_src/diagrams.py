@@ -645,8 +645,9 @@ def soft_lookup(n_pairs: int = 3) -> Diagram:
     for j in range(1, n_pairs + 1):
         edges += [Edge("q", f"k{j}"), Edge(f"k{j}", f"a{j}"), Edge(f"a{j}", f"v{j}"),
                   Edge(f"v{j}", "o")]
-    regions = (Region("softmax over $j$", tuple(f"a{j}" for j in range(1, n_pairs + 1)),
-                      pad=0.12),)
+    # the label is chapter 2's softmax_j: "softmax over $j$" is wider than the region
+    regions = (Region(r"$\operatorname{softmax}_j$",
+                      tuple(f"a{j}" for j in range(1, n_pairs + 1)), pad=0.12),)
     height = top + 0.25 + 0.55
     alt = (f"Diagram: attention as a soft lookup. A query q is compared with each of "
            f"{n_pairs} keys k_j; a softmax over j turns the scores into weights alpha_j that "

@@ -311,7 +311,13 @@ def test_soft_lookup_scores_every_key_and_sums_every_value(n_pairs):
     (region,) = d.regions
     assert region.members == tuple(f"a{j}" for j in range(1, n_pairs + 1))
     assert "softmax" in region.label
-    assert D.layout_problems(D.render(d)) == []
+    fig = D.render(d)
+    assert D.layout_problems(fig) == []
+    # the region's label stays inside the dashed box (the layout check does not look at it)
+    (label,) = fig.diagram_artists["region_labels"]
+    extent = label.get_window_extent(fig.canvas.get_renderer())
+    x0, _, x1, _ = D._region_box(d, region)
+    assert x0 * fig.dpi < extent.x0 and extent.x1 < x1 * fig.dpi
 
 
 def test_soft_lookup_refuses_too_many_pairs():
