@@ -6,6 +6,9 @@
 * :func:`date_pairs`: human-written dates (``"july 19, 2020"``, ``"sunday 19 july 2020"``,
   ``"19.07.2020"`` ...) and their ISO form ``"2020-07-19"``, written by Babel's locale data
   (chapter 2).
+* :func:`multilocale_date_pairs` and :func:`multilocale_date_task`: the same dates written
+  in English, French, German and Spanish (``"3 septembre 2026"``, ``"3. september 2026"``,
+  ``"3 de septiembre de 2026"`` -> ``"2026-09-03"``), a small translation task (chapter 10).
 * :func:`encode_pairs`: turn (source, target) string pairs into padded tensors.
 * :func:`noisy_curve` and :func:`curve_target`: noisy samples of a smooth 1-D function, for
   Nadaraya-Watson kernel regression (attention pooling without learning, chapter 1).
@@ -37,6 +40,11 @@ __all__ = [
     "DATE_FORMATS",
     "DateTask",
     "date_translation_task",
+    "DATE_LOCALES",
+    "LOCALE_DATE_FORMATS",
+    "multilocale_date_pairs",
+    "MultilocaleDateTask",
+    "multilocale_date_task",
     "encode_pairs",
     "curve_target",
     "noisy_curve",
@@ -273,6 +281,128 @@ def date_translation_task(
     return DateTask(train_pairs, test_pairs, src_vocab, tgt_vocab,
                     encode_pairs(train_pairs, src_vocab, tgt_vocab, device=device),
                     encode_pairs(test_pairs, src_vocab, tgt_vocab, device=device))
+
+
+#: The locales of chapter 10's dates: month and weekday names in four languages.
+DATE_LOCALES: tuple[str, ...] = ("en_US", "fr_FR", "de_DE", "es_ES")
+#: Babel's named formats used for every locale. The numeric ``short`` format is left out: it
+#: is ambiguous across locales (en_US writes 9 March 2026 as "3/9/26", es_ES writes 3
+#: September 2026 the same way), so no model could translate it.
+LOCALE_DATE_FORMATS: tuple[str, ...] = ("medium", "long", "full")
+
+
+def multilocale_date_pairs(
+    n: int,
+    seed: int = 0,
+    locales: Sequence[str] = DATE_LOCALES,
+    formats: Sequence[str] = LOCALE_DATE_FORMATS,
+    start: dt.date = dt.date(1950, 1, 1),
+    end: dt.date = dt.date(2049, 12, 31),
+) -> list[tuple[str, str, str]]:
+    """Random dates written in several languages (lower case), their ISO form, the locale.
+
+    Each pair draws a date, a locale and a format uniformly. E.g. 3 September 2026 in the
+    ``long`` format is ``"september 3, 2026"`` (en_US), ``"3 septembre 2026"`` (fr_FR),
+    ``"3. september 2026"`` (de_DE), ``"3 de septiembre de 2026"`` (es_ES).
+
+    Returns:
+        ``n`` triples ``(source, iso, locale)``.
+    """
+    check_positive_int("n", n)
+    if isinstance(locales, str) or not locales:
+        raise ValueError(f"locales must be a non-empty sequence of locale names, got "
+                         f"{locales!r}")
+    if isinstance(formats, str) or not formats:
+        raise ValueError(f"formats must be a non-empty sequence of formats, got {formats!r}")
+    if end < start:
+        raise ValueError(f"end ({end}) is before start ({start})")
+    rng = np.random.default_rng(seed)
+    days = rng.integers(0, (end - start).days + 1, size=n)
+    which_locale = rng.integers(0, len(locales), size=n)
+    which_format = rng.integers(0, len(formats), size=n)
+    triples = []
+    for d, lo, f in zip(days, which_locale, which_format, strict=True):
+        date = start + dt.timedelta(days=int(d))
+        locale = locales[int(lo)]
+        triples.append((format_date(date, formats[int(f)], locale=locale).lower(),
+                        date.isoformat(), locale))
+    return triples
+
+
+@dataclass
+class MultilocaleDateTask:
+    """Chapter 10's data: dates in several languages -> ISO, split and encoded.
+
+    Attributes:
+        train_pairs, test_pairs: ``(source, target)`` strings; no held-out source is a
+            training source.
+        train_locales, test_locales: the locale of each pair.
+        max_train_length: the longest training source (``None``: no limit was set); held-out
+            sources may be longer, to measure length generalisation.
+        src_vocab: the characters of every source, training and held-out (a character only
+            held-out sources use keeps its untrained embedding); tgt_vocab: digits and ``-``.
+        train_set, test_set: the pairs encoded and padded (:class:`SequencePairs`).
+    """
+
+    train_pairs: list[tuple[str, str]]
+    test_pairs: list[tuple[str, str]]
+    train_locales: list[str]
+    test_locales: list[str]
+    max_train_length: int | None
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train_set: SequencePairs
+    test_set: SequencePairs
+
+
+def multilocale_date_task(
+    n_train: int = 8000, n_test: int = 1000, train_seed: int = 1, test_seed: int = 2,
+    max_train_length: int | None = None, locales: Sequence[str] = DATE_LOCALES,
+    formats: Sequence[str] = LOCALE_DATE_FORMATS, *,
+    device: str | torch.device | None = None,
+) -> MultilocaleDateTask:
+    """The training and held-out dates of chapter 10.
+
+    Training pairs are drawn with ``train_seed`` (in chunks, keeping those whose source has at
+    most ``max_train_length`` characters, until there are ``n_train``); held-out pairs with
+    ``test_seed``, keeping those whose source is not a training source, of any length, until
+    there are ``n_test``. The encoded sets are on ``device`` (default: the CPU).
+
+    Raises:
+        ValueError: a count is not positive, ``max_train_length`` is below 1, or no draw of
+            100 chunks finds enough pairs (the limit is shorter than every source).
+    """
+    for name, value in (("n_train", n_train), ("n_test", n_test)):
+        check_positive_int(name, value)
+    if max_train_length is not None:
+        check_positive_int("max_train_length", max_train_length)
+    device = check_device(device)
+
+    def draw(count, seed, keep):
+        kept, chunk = [], max(count, 256)
+        for round_ in range(100):
+            for triple in multilocale_date_pairs(chunk, seed=seed * 1000 + round_,
+                                                 locales=locales, formats=formats):
+                if keep(triple[0]):
+                    kept.append(triple)
+                    if len(kept) == count:
+                        return kept
+        raise ValueError(f"found only {len(kept)} of {count} pairs in 100 draws of {chunk}: "
+                         f"max_train_length = {max_train_length} may be too short")
+
+    train = draw(n_train, train_seed,
+                 lambda s: max_train_length is None or len(s) <= max_train_length)
+    seen = {source for source, _, _ in train}
+    test = draw(n_test, test_seed, lambda s: s not in seen)
+    train_pairs = [(s, t) for s, t, _ in train]
+    test_pairs = [(s, t) for s, t, _ in test]
+    src_vocab = Vocab(ch for source, _ in train_pairs + test_pairs for ch in source)
+    tgt_vocab = Vocab("0123456789-")
+    return MultilocaleDateTask(
+        train_pairs, test_pairs, [lo for _, _, lo in train], [lo for _, _, lo in test],
+        max_train_length, src_vocab, tgt_vocab,
+        encode_pairs(train_pairs, src_vocab, tgt_vocab, device=device),
+        encode_pairs(test_pairs, src_vocab, tgt_vocab, device=device))
 
 
 def curve_target(x: torch.Tensor) -> torch.Tensor:
