@@ -1,4 +1,5 @@
-"""The interactive figures on the built chapter pages, in headless Chromium, offline.
+"""The interactive figures and the diagrams on the built chapter pages, in headless Chromium,
+offline.
 
 Run by ``make site-test`` after ``make book``. Each page whose notebook stores an interactive
 figure (``attention_src.interactive``) is opened from disk at phone width (390 x 844) with
@@ -8,6 +9,10 @@ be drawn, carry the JSON its notebook cell stored, and respond to clicks, hovers
 sliders with exactly the numbers the notebook computed (the checks of
 ``tests/interactive_checks.py``); the page must log no console error and stay 390 px wide. A
 screenshot of each figure as drawn on its page is kept in ``_build/screenshots/interactive/``.
+
+Each diagram (``attention_src.diagrams``, stored as ``image/svg+xml``) must appear on its page
+as an SVG image with the diagram's own alt text ("Diagram: ..."), loaded, and no wider than the
+phone's column; a screenshot of each is kept in ``_build/screenshots/diagrams/``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ pytestmark = pytest.mark.browser
 
 SITE = ROOT / "_build" / "html"
 KEEP = ROOT / "_build" / "screenshots" / "interactive"
+KEEP_DIAGRAMS = ROOT / "_build" / "screenshots" / "diagrams"
 PHONE = {"width": 390, "height": 844}
 FIGURE = re.compile(r'<div data-interactive="(\w+)".*?<script type="application/json">(.*?)'
                     r"</script>", re.DOTALL)
@@ -43,7 +49,18 @@ def stored_figures(notebook: Path) -> list[tuple[str, dict]]:
     return figures
 
 
+def stored_diagrams(notebook: Path) -> list[str]:
+    """The alt text of each diagram ``notebook`` stores, in page order."""
+    alts = []
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            if "image/svg+xml" in out.get("data", {}):
+                alts.append(cell["metadata"]["mystnb"]["image"]["alt"])
+    return alts
+
+
 NOTEBOOKS = [e for e in toc_entries() if e.suffix == ".ipynb"]
+WITH_DIAGRAMS = {nb: alts for nb in NOTEBOOKS if (alts := stored_diagrams(nb))}
 WITH_FIGURES = {nb: stored_figures(nb) for nb in NOTEBOOKS}
 WITH_FIGURES = {nb: figs for nb, figs in WITH_FIGURES.items() if figs}
 
@@ -101,3 +118,28 @@ def test_the_site_serves_the_packages_renderer_only_where_a_figure_is():
         loads = "_static/interactive.js" in text
         assert loads == (html in with_figures), (
             f"{html.relative_to(SITE)} {'loads' if loads else 'does not load'} the renderer")
+
+
+@pytest.mark.parametrize("notebook", sorted(WITH_DIAGRAMS), ids=lambda p: p.stem)
+def test_each_diagram_on_its_page_is_an_svg_with_its_alt_text(browser, notebook):
+    expected = WITH_DIAGRAMS[notebook]
+    errors: list[str] = []
+    page, blocked = open_offline(browser, _html(notebook).as_uri(), errors, viewport=PHONE)
+    try:
+        images = page.locator("article img[alt^='Diagram:']")
+        assert images.count() == len(expected)
+        KEEP_DIAGRAMS.mkdir(parents=True, exist_ok=True)
+        for i, alt in enumerate(expected):
+            image = images.nth(i)
+            assert image.get_attribute("alt") == alt
+            assert image.get_attribute("src").endswith(".svg")
+            image.scroll_into_view_if_needed()
+            natural, shown = image.evaluate("i => [i.naturalWidth, i.clientWidth]")
+            assert natural > 0, f"diagram {i} did not load"
+            assert 0 < shown <= PHONE["width"]
+            shot = KEEP_DIAGRAMS / f"{notebook.stem}_{i}.png"
+            image.screenshot(path=str(shot))
+            assert shot.stat().st_size > 2_000, f"{shot} looks empty"
+        assert not blocked and not errors, (blocked, errors)
+    finally:
+        page.close()
