@@ -451,8 +451,10 @@ def scaled_dot_product_graph() -> Diagram:
         Node("Q", "$Q$", "query", 0.75, ys[0], w=0.8),
         Node("K", "$K$", "key", 2.35, ys[0], w=0.8),
         Node("V", "$V$", "value", vx, ys[6], w=0.8),
-        Node("scores", r"$S = QK^\top$", "operation", cx, ys[1], w=1.7),
-        Node("scale", r"$S\,/\sqrt{d_k}$", "operation", cx, ys[2], w=1.7),
+        Node("scores", r"$QK^\top$", "operation", cx, ys[1], w=1.7),
+        # the radical as a character: mathtext's \sqrt draws its bar as a path, which a
+        # browser's font for the SVG text does not meet
+        Node("scale", "$S = QK^\\top/$\u221a$d_k$", "operation", cx, ys[2], w=1.9),
         Node("mask", "mask $M$", "mask", cx, ys[3], w=1.7),
         Node("softmax", "softmax", "operation", cx, ys[4], w=1.7),
         Node("weights", "$A$", "weights", cx, ys[5], w=1.7),
@@ -471,8 +473,8 @@ def scaled_dot_product_graph() -> Diagram:
         Edge("product", "O", "$(B, L_q, d_v)$"),
     )
     alt = ("Diagram: scaled dot-product attention as a computation graph. Queries Q and keys "
-           "K are multiplied into scores S = QK^T of shape (B, L_q, L_k), divided by the "
-           "square root of d_k, masked (minus infinity where the mask M is False), and turned "
+           "K are multiplied into QK^T of shape (B, L_q, L_k), divided by the square root of "
+           "d_k into the scores S, masked (minus infinity where the mask M is False), and turned "
            "by a softmax over the keys into the weights A; A times the values V gives the "
            "output O of shape (B, L_q, d_v).")
     return Diagram("scaled_dot_product_graph", nodes, edges, alt=alt, height=6.85)

@@ -177,7 +177,10 @@ def test_sdpa_graph_runs_scores_scale_mask_softmax_weights_product_output():
     assert all(e.label for e in d.edges)  # a shape at every edge
     # the mask comes after the scaling and before the softmax, and is drawn as the mask
     assert d.node("mask").role == "mask" and r"\infty" in d.edge("mask", "softmax").label
-    assert r"\sqrt{d_k}" in d.node("scale").label
+    # the chapter's S is the scaled product: QK^T, then S = QK^T / sqrt(d_k) (the radical as
+    # a character, which a browser draws whole in the SVG's text)
+    assert d.node("scores").label == r"$QK^\top$"
+    assert d.node("scale").label.startswith("$S =") and "\u221a$d_k$" in d.node("scale").label
     roles = d.roles()
     assert (roles["query"], roles["key"], roles["value"]) == (["Q"], ["K"], ["V"])
     assert roles["weights"] == ["weights"] and roles["output"] == ["O"]
