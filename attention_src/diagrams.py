@@ -569,11 +569,8 @@ def _block(kind: str, norm_first: bool) -> Diagram:
             edges.append(Edge(last, f"norm{i}"))
             last = f"norm{i}"
         residual_from = last
-    if norm_first:
-        y -= step
-        nodes.append(Node("final_norm", "layer norm", "norm", cx, y, w=1.9))
-        edges.append(Edge(last, "final_norm"))
-        last = "final_norm"
+    # a pre-norm block ends at its last sum: the one final layer norm belongs to the stack,
+    # after its last block (Transformer.encoder_norm / decoder_norm), not to every block
     y -= step
     nodes.append(Node("out", "output", "output", cx, y, w=1.2))
     edges.append(Edge(last, "out"))
@@ -582,7 +579,8 @@ def _block(kind: str, norm_first: bool) -> Diagram:
     nodes = [Node(n.id, n.label, n.role, n.x, n.y + shift, n.w, n.h)
              for n in nodes + side_nodes]
     height = max(n.box[3] for n in nodes) + 0.3
-    order = "pre-norm (layer norm before each sublayer)" if norm_first else \
+    order = ("pre-norm (layer norm before each sublayer; the stack adds one final layer norm "
+             "after its last block)") if norm_first else \
         "post-norm (layer norm after each residual sum)"
     if kind == "encoder":
         what = "self-attention and a feed-forward network"
@@ -596,8 +594,9 @@ def _block(kind: str, norm_first: bool) -> Diagram:
 
 
 def encoder_block(norm_first: bool = True) -> Diagram:
-    """Chapter 6: the Transformer encoder block, pre-norm (``norm_first=True``: x + f(LN(x)),
-    and a final layer norm) or post-norm (LN(x + f(x))), residual paths on the right."""
+    """Chapter 6: the Transformer encoder block, pre-norm (``norm_first=True``: x + f(LN(x));
+    the stack, not the block, ends with one layer norm) or post-norm (LN(x + f(x))), residual
+    paths on the right."""
     return _block("encoder", norm_first)
 
 

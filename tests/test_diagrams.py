@@ -225,11 +225,15 @@ def _residuals(d):
 
 def test_pre_norm_encoder_residual_bypasses_the_norm_and_the_sublayer():
     d = D.encoder_block(norm_first=True)
-    _data_path(d, ["x", "norm1", "attn", "add1", "norm2", "ffn", "add2", "final_norm", "out"])
+    _data_path(d, ["x", "norm1", "attn", "add1", "norm2", "ffn", "add2", "out"])
     assert _residuals(d) == [("x", "add1"), ("add1", "add2")]
     for src, _dst in _residuals(d):
         assert d.node(src).role != "norm"  # pre-norm: the residual stream is never normed
-    assert d.node("norm1").role == "norm" and d.node("final_norm").role == "norm"
+    assert d.node("norm1").role == "norm"
+    # as attention_src.transformer builds it: no norm after the block's last sum (the stack
+    # has one final norm, Transformer.encoder_norm)
+    assert [n.id for n in d.nodes if n.role == "norm"] == ["norm1", "norm2"]
+    assert "final layer norm after its last block" in d.alt
 
 
 def test_post_norm_encoder_normalises_after_each_sum():
@@ -248,7 +252,7 @@ def test_decoder_block_masks_self_attention_and_reads_the_encoder_memory(norm_fi
         assert _reaches(d, sub, f"add{i}")
         assert d.edge(f"add{i}" if norm_first else f"norm{i}", (
             f"norm{i + 1}" if norm_first and i < 3 else
-            "final_norm" if norm_first else
+            "out" if norm_first else
             sublayers[i] if i < 3 else "out"))
     assert d.node("attn").label == "masked self-attention"
     assert d.node("mask").role == "mask" and d.edge("mask", "attn").kind == "data"
