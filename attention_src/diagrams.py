@@ -831,16 +831,17 @@ def node_neighbourhood() -> Diagram:
 
 
 def receptive_fields(length: int = 5) -> Diagram:
-    """Chapter 7: how the output at one position reaches the inputs, three ways. A stack of
-    two convolutions of width 3 (``conv``: the middle output sees 5 inputs, through 2
-    layers), a recurrent chain (``rnn``: the last state sees every input, the first through
-    ``length`` steps) and one self-attention layer (``attn``: the output sees every input
-    in one step). Node ids: ``{panel}_x{t}`` inputs, ``conv_l{t}`` the first convolution,
-    ``rnn_h{t}`` the states, ``{panel}_out`` the output."""
+    """Chapter 7: how the output at the last position reaches the inputs, three ways, with
+    causal layers as the chapter measures them. A stack of two causal convolutions of width
+    3 (``conv``: each layer reaches 2 positions further back, so the last output sees 5
+    inputs, the first through 2 layers), a recurrent chain (``rnn``: the last state sees
+    every input, the first through ``length`` steps) and one self-attention layer
+    (``attn``: the output sees every input in one step). Node ids: ``{panel}_x{t}``
+    inputs, ``conv_l{t}`` the first convolution, ``rnn_h{t}`` the states, ``{panel}_out``
+    the output."""
     if isinstance(length, bool) or not isinstance(length, int) or length not in (3, 5):
         raise ValueError(f"length must be 3 or 5 (positions that fit), got {length!r}")
     size, step, panel_w = 0.26, 0.34, 1.93
-    mid = (length + 1) // 2
     nodes, edges = [], []
     for p, panel in enumerate(("conv", "rnn", "attn")):
         x0 = 0.05 + p * panel_w + (panel_w - step * length) / 2
@@ -850,13 +851,12 @@ def receptive_fields(length: int = 5) -> Diagram:
 
         for t in range(1, length + 1):
             nodes.append(Node(f"{panel}_x{t}", "", "input", at(t), 0.35, w=size, h=size))
-        if panel == "conv":
-            for t in range(mid - 1, mid + 2):
+        if panel == "conv":  # causal: position t reads t - 2, t - 1 and t
+            for t in range(max(1, length - 2), length + 1):
                 nodes.append(Node(f"conv_l{t}", "", "operation", at(t), 1.1, w=size, h=size))
-                edges += [Edge(f"conv_x{u}", f"conv_l{t}") for u in (t - 1, t, t + 1)
-                          if 1 <= u <= length]
+                edges += [Edge(f"conv_x{u}", f"conv_l{t}") for u in (t - 2, t - 1, t)
+                          if u >= 1]
                 edges.append(Edge(f"conv_l{t}", "conv_out"))
-            out_t = mid
         elif panel == "rnn":
             for t in range(1, length + 1):
                 nodes.append(Node(f"rnn_h{t}", "", "memory", at(t), 1.1, w=size, h=size))
@@ -864,18 +864,17 @@ def receptive_fields(length: int = 5) -> Diagram:
                 if t > 1:
                     edges.append(Edge(f"rnn_h{t - 1}", f"rnn_h{t}"))
             edges.append(Edge(f"rnn_h{length}", "rnn_out"))
-            out_t = length
         else:
             edges += [Edge(f"attn_x{t}", "attn_out") for t in range(1, length + 1)]
-            out_t = mid
-        nodes.append(Node(f"{panel}_out", "", "output", at(out_t), 1.85, w=size, h=size))
+        nodes.append(Node(f"{panel}_out", "", "output", at(length), 1.85, w=size, h=size))
     regions = tuple(Region(label, tuple(n.id for n in nodes if n.id.startswith(panel)),
                            pad=0.1)
                     for panel, label in (("conv", "2 convolutions"), ("rnn", "recurrence"),
                                          ("attn", "self-attention")))
-    alt = (f"Diagram: receptive fields over {length} input positions. Two stacked "
-           "convolutions of width 3 let the middle output see 5 inputs through 2 layers; a "
-           "recurrent chain lets the last state see every input, the first one through "
+    alt = (f"Diagram: receptive fields of the output at the last of {length} positions. Two "
+           "stacked causal convolutions of width 3, each reaching 2 positions further back, "
+           f"let it see all {length} inputs, the first through 2 layers; a recurrent chain "
+           "lets the last state see every input, the first one through "
            f"{length} steps; one self-attention layer connects the output to every input "
            "directly, in one step.")
     return Diagram("receptive_fields", tuple(nodes), tuple(edges), regions, alt=alt,
