@@ -741,45 +741,48 @@ def band_window(length: int = 8, window: int = 2, causal: bool = False) -> Diagr
 
 
 def flash_tiling() -> Diagram:
-    """Chapter 9: FlashAttention's tiling. Q, K, V and O stay in slow, large memory (HBM);
-    one block Q_i and, in turn, each block K_j, V_j are loaded into fast, small memory
-    (SRAM), where the block of scores S_ij updates the running maximum m_i and sum l_i and
-    the rescaled output O_i; O_i is written back once, after the last key block."""
-    hbm_x, tile_x, op_x = 0.75, 3.0, 4.85
+    """Chapter 9: FlashAttention's tiling, in the chapter's notation. Q, K, V and O stay in
+    slow, large memory (HBM); one block Q_I and, in turn, each block K_J, V_J are loaded
+    into fast, small memory (SRAM), where the block of scores S_IJ updates the running
+    maximum m and sum s (one number per query) and the rescaled accumulator U; the output
+    block O_I = U / s is written back once, after the last key block."""
+    hbm_x, tile_x, op_x = 0.75, 3.0, 4.72
     nodes = (
-        Node("Q", "$Q$", "query", hbm_x, 4.4, w=0.9),
-        Node("K", "$K$", "key", hbm_x, 3.6, w=0.9),
-        Node("V", "$V$", "value", hbm_x, 2.8, w=0.9),
-        Node("O", "$O$", "output", hbm_x, 1.4, w=0.9),
-        Node("Qi", "$Q_i$", "query", tile_x, 4.4, w=0.8),
-        Node("Kj", "$K_j$", "key", tile_x, 3.6, w=0.8),
-        Node("Vj", "$V_j$", "value", tile_x, 2.8, w=0.8),
-        Node("S", r"$S_{ij} = Q_i K_j^\top$", "weights", op_x, 4.0, w=1.65, h=0.5),
-        Node("stats", "running\n$m_i$, $\\ell_i$", "memory", op_x, 3.05, w=1.3, h=0.6),
-        Node("Oi", "$O_i$, rescaled", "output", op_x, 1.95, w=1.5),
+        Node("Q", "$Q$", "query", hbm_x, 3.25, w=0.9),
+        Node("K", "$K$", "key", hbm_x, 2.45, w=0.9),
+        Node("V", "$V$", "value", hbm_x, 1.65, w=0.9),
+        Node("O", "$O$", "output", hbm_x, 0.55, w=0.9),
+        Node("Qi", "$Q_I$", "query", tile_x, 3.25, w=0.8),
+        Node("Kj", "$K_J$", "key", tile_x, 2.45, w=0.8),
+        Node("Vj", "$V_J$", "value", tile_x, 1.65, w=0.8),
+        Node("S", r"$S_{IJ} = Q_I K_J^\top / \sqrt{d_k}$", "weights", op_x, 2.85, w=1.9,
+             h=0.5),
+        Node("stats", "running\n$m$, $s$", "memory", op_x, 1.85, w=1.2, h=0.6),
+        Node("Oi", "$U$,\nrescaled", "output", tile_x, 0.55, w=0.95, h=0.6),
     )
     edges = (
-        Edge("Q", "Qi", "block $i$", kind="read", side="above"),
-        Edge("K", "Kj", "block $j$", kind="read", side="above"),
-        Edge("V", "Vj", "block $j$", kind="read", side="above"),
+        Edge("Q", "Qi", "block $I$", kind="read", side="above"),
+        Edge("K", "Kj", "block $J$", kind="read", side="above"),
+        Edge("V", "Vj", "block $J$", kind="read", side="above"),
         Edge("Qi", "S"),
         Edge("Kj", "S"),
         Edge("S", "stats"),
         Edge("stats", "Oi"),
         Edge("Vj", "Oi"),
-        Edge("Oi", "O", "written once", side="below"),
+        Edge("Oi", "O", "once:\n$O_I = U/s$", side="above"),
     )
     regions = (
         Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
-        Region("SRAM: one tile, each $j$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
+        Region("SRAM: one tile, each $J$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
                pad=0.12),
     )
     alt = ("Diagram: FlashAttention's tiling. Q, K, V and the output O stay in the slow, large "
-           "HBM; a block Q_i and, one after another, each block K_j and V_j are loaded into "
-           "the fast, small SRAM, where the block of scores S_ij updates the running maximum "
-           "m_i and sum l_i and rescales the partial output O_i, which is written back to HBM "
-           "once. The full L_q by L_k score matrix is never stored.")
-    return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=5.15)
+           "HBM; a block Q_I and, one after another, each block K_J and V_J are loaded into "
+           "the fast, small SRAM, where the block of scores S_IJ updates the running maximum "
+           "m and sum s (one number per query) and the rescaled accumulator U; the output "
+           "block O_I = U / s is written back to HBM once. The full L_q by L_k score matrix "
+           "is never stored.")
+    return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=3.95)
 
 
 def kv_cache_growth(steps: int = 4) -> Diagram:

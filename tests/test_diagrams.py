@@ -39,8 +39,8 @@ ALT_NAMES = {
     "soft_lookup": ["query q", "keys k_j", "softmax", "alpha_j", "values v_j"],
     "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i"],
     "band_window": ["band window", "|i - j| < 2", "at most 3 keys", "masked"],
-    "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m_i", "sum l_i",
-                     "written back", "never stored"],
+    "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m", "sum s",
+                     "accumulator u", "o_i = u / s", "written back", "never stored"],
     "kv_cache_growth": ["kv cache", "q_t", "k_1 to k_t", "appended", "not recomputed"],
     "receptive_fields": ["causal convolutions", "all 5 inputs, the first through 2 layers",
                          "recurrent chain",
@@ -382,8 +382,10 @@ def test_flash_tiling_loads_blocks_into_sram_and_writes_the_output_once():
     _data_path(d, ["Kj", "S"])
     _data_path(d, ["Vj", "Oi"])
     assert d.edges_to("O") == [d.edge("Oi", "O")]  # the only write to HBM
-    assert d.node("stats").role == "memory" and r"m_i" in d.node("stats").label
-    assert r"\ell_i" in d.node("stats").label
+    # chapter 9's letters: blocks I and J, running maximum m and sum s, accumulator U
+    assert [d.node(n).label for n in ("Qi", "Kj", "Vj")] == ["$Q_I$", "$K_J$", "$V_J$"]
+    assert d.node("stats").role == "memory" and d.node("stats").label.endswith("$m$, $s$")
+    assert d.node("Oi").label.startswith("$U$") and "O_I = U/s" in d.edge("Oi", "O").label
     # the scores never go back to HBM: no edge leaves S for a node outside SRAM
     assert all(e.dst in sram.members for e in d.edges_from("S"))
 
