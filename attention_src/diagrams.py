@@ -755,7 +755,7 @@ def flash_tiling() -> Diagram:
         Node("Qi", "$Q_I$", "query", tile_x, 3.25, w=0.8),
         Node("Kj", "$K_J$", "key", tile_x, 2.45, w=0.8),
         Node("Vj", "$V_J$", "value", tile_x, 1.65, w=0.8),
-        Node("S", r"$S_{IJ} = Q_I K_J^\top / \sqrt{d_k}$", "weights", op_x, 2.85, w=1.9,
+        Node("S", r"$S_{IJ} = Q_I K_J^\top\, d_k^{-1/2}$", "weights", op_x, 2.85, w=1.9,
              h=0.5),
         Node("stats", "running\n$m$, $s$", "memory", op_x, 1.85, w=1.2, h=0.6),
         Node("Oi", "$U$,\nrescaled", "output", tile_x, 0.55, w=0.95, h=0.6),
