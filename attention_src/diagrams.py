@@ -743,45 +743,48 @@ def band_window(length: int = 8, window: int = 2, causal: bool = False) -> Diagr
 
 
 def flash_tiling() -> Diagram:
-    """Chapter 9: FlashAttention's tiling. Q, K, V and O stay in slow, large memory (HBM);
-    one block Q_i and, in turn, each block K_j, V_j are loaded into fast, small memory
-    (SRAM), where the block of scores S_ij updates the running maximum m_i and sum l_i and
-    the rescaled output O_i; O_i is written back once, after the last key block."""
-    hbm_x, tile_x, op_x = 0.75, 3.0, 4.85
+    """Chapter 9: FlashAttention's tiling, in the chapter's notation. Q, K, V and O stay in
+    slow, large memory (HBM); one block Q_I and, in turn, each block K_J, V_J are loaded
+    into fast, small memory (SRAM), where the block of scores S_IJ updates the running
+    maximum m and sum s (one number per query) and the rescaled accumulator U; the output
+    block O_I = U / s is written back once, after the last key block."""
+    hbm_x, tile_x, op_x = 0.75, 3.0, 4.72
     nodes = (
-        Node("Q", "$Q$", "query", hbm_x, 4.4, w=0.9),
-        Node("K", "$K$", "key", hbm_x, 3.6, w=0.9),
-        Node("V", "$V$", "value", hbm_x, 2.8, w=0.9),
-        Node("O", "$O$", "output", hbm_x, 1.4, w=0.9),
-        Node("Qi", "$Q_i$", "query", tile_x, 4.4, w=0.8),
-        Node("Kj", "$K_j$", "key", tile_x, 3.6, w=0.8),
-        Node("Vj", "$V_j$", "value", tile_x, 2.8, w=0.8),
-        Node("S", r"$S_{ij} = Q_i K_j^\top$", "weights", op_x, 4.0, w=1.65, h=0.5),
-        Node("stats", "running\n$m_i$, $\\ell_i$", "memory", op_x, 3.05, w=1.3, h=0.6),
-        Node("Oi", "$O_i$, rescaled", "output", op_x, 1.95, w=1.5),
+        Node("Q", "$Q$", "query", hbm_x, 3.25, w=0.9),
+        Node("K", "$K$", "key", hbm_x, 2.45, w=0.9),
+        Node("V", "$V$", "value", hbm_x, 1.65, w=0.9),
+        Node("O", "$O$", "output", hbm_x, 0.55, w=0.9),
+        Node("Qi", "$Q_I$", "query", tile_x, 3.25, w=0.8),
+        Node("Kj", "$K_J$", "key", tile_x, 2.45, w=0.8),
+        Node("Vj", "$V_J$", "value", tile_x, 1.65, w=0.8),
+        Node("S", r"$S_{IJ} = Q_I K_J^\top\, d_k^{-1/2}$", "weights", op_x, 2.85, w=1.9,
+             h=0.5),
+        Node("stats", "running\n$m$, $s$", "memory", op_x, 1.85, w=1.2, h=0.6),
+        Node("Oi", "$U$,\nrescaled", "output", tile_x, 0.55, w=0.95, h=0.6),
     )
     edges = (
-        Edge("Q", "Qi", "block $i$", kind="read", side="above"),
-        Edge("K", "Kj", "block $j$", kind="read", side="above"),
-        Edge("V", "Vj", "block $j$", kind="read", side="above"),
+        Edge("Q", "Qi", "block $I$", kind="read", side="above"),
+        Edge("K", "Kj", "block $J$", kind="read", side="above"),
+        Edge("V", "Vj", "block $J$", kind="read", side="above"),
         Edge("Qi", "S"),
         Edge("Kj", "S"),
         Edge("S", "stats"),
         Edge("stats", "Oi"),
         Edge("Vj", "Oi"),
-        Edge("Oi", "O", "written once", side="below"),
+        Edge("Oi", "O", "once:\n$O_I = U/s$", side="above"),
     )
     regions = (
         Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
-        Region("SRAM: one tile, each $j$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
+        Region("SRAM: one tile, each $J$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
                pad=0.12),
     )
     alt = ("Diagram: FlashAttention's tiling. Q, K, V and the output O stay in the slow, large "
-           "HBM; a block Q_i and, one after another, each block K_j and V_j are loaded into "
-           "the fast, small SRAM, where the block of scores S_ij updates the running maximum "
-           "m_i and sum l_i and rescales the partial output O_i, which is written back to HBM "
-           "once. The full L_q by L_k score matrix is never stored.")
-    return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=5.15)
+           "HBM; a block Q_I and, one after another, each block K_J and V_J are loaded into "
+           "the fast, small SRAM, where the block of scores S_IJ updates the running maximum "
+           "m and sum s (one number per query) and the rescaled accumulator U; the output "
+           "block O_I = U / s is written back to HBM once. The full L_q by L_k score matrix "
+           "is never stored.")
+    return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=3.95)
 
 
 def kv_cache_growth(steps: int = 4) -> Diagram:
@@ -833,16 +836,17 @@ def node_neighbourhood() -> Diagram:
 
 
 def receptive_fields(length: int = 5) -> Diagram:
-    """Chapter 7: how the output at one position reaches the inputs, three ways. A stack of
-    two convolutions of width 3 (``conv``: the middle output sees 5 inputs, through 2
-    layers), a recurrent chain (``rnn``: the last state sees every input, the first through
-    ``length`` steps) and one self-attention layer (``attn``: the output sees every input
-    in one step). Node ids: ``{panel}_x{t}`` inputs, ``conv_l{t}`` the first convolution,
-    ``rnn_h{t}`` the states, ``{panel}_out`` the output."""
+    """Chapter 7: how the output at the last position reaches the inputs, three ways, with
+    causal layers as the chapter measures them. A stack of two causal convolutions of width
+    3 (``conv``: each layer reaches 2 positions further back, so the last output sees 5
+    inputs, the first through 2 layers), a recurrent chain (``rnn``: the last state sees
+    every input, the first through ``length`` steps) and one self-attention layer
+    (``attn``: the output sees every input in one step). Node ids: ``{panel}_x{t}``
+    inputs, ``conv_l{t}`` the first convolution, ``rnn_h{t}`` the states, ``{panel}_out``
+    the output."""
     if isinstance(length, bool) or not isinstance(length, int) or length not in (3, 5):
         raise ValueError(f"length must be 3 or 5 (positions that fit), got {length!r}")
     size, step, panel_w = 0.26, 0.34, 1.93
-    mid = (length + 1) // 2
     nodes, edges = [], []
     for p, panel in enumerate(("conv", "rnn", "attn")):
         x0 = 0.05 + p * panel_w + (panel_w - step * length) / 2
@@ -852,13 +856,12 @@ def receptive_fields(length: int = 5) -> Diagram:
 
         for t in range(1, length + 1):
             nodes.append(Node(f"{panel}_x{t}", "", "input", at(t), 0.35, w=size, h=size))
-        if panel == "conv":
-            for t in range(mid - 1, mid + 2):
+        if panel == "conv":  # causal: position t reads t - 2, t - 1 and t
+            for t in range(max(1, length - 2), length + 1):
                 nodes.append(Node(f"conv_l{t}", "", "operation", at(t), 1.1, w=size, h=size))
-                edges += [Edge(f"conv_x{u}", f"conv_l{t}") for u in (t - 1, t, t + 1)
-                          if 1 <= u <= length]
+                edges += [Edge(f"conv_x{u}", f"conv_l{t}") for u in (t - 2, t - 1, t)
+                          if u >= 1]
                 edges.append(Edge(f"conv_l{t}", "conv_out"))
-            out_t = mid
         elif panel == "rnn":
             for t in range(1, length + 1):
                 nodes.append(Node(f"rnn_h{t}", "", "memory", at(t), 1.1, w=size, h=size))
@@ -866,18 +869,17 @@ def receptive_fields(length: int = 5) -> Diagram:
                 if t > 1:
                     edges.append(Edge(f"rnn_h{t - 1}", f"rnn_h{t}"))
             edges.append(Edge(f"rnn_h{length}", "rnn_out"))
-            out_t = length
         else:
             edges += [Edge(f"attn_x{t}", "attn_out") for t in range(1, length + 1)]
-            out_t = mid
-        nodes.append(Node(f"{panel}_out", "", "output", at(out_t), 1.85, w=size, h=size))
+        nodes.append(Node(f"{panel}_out", "", "output", at(length), 1.85, w=size, h=size))
     regions = tuple(Region(label, tuple(n.id for n in nodes if n.id.startswith(panel)),
                            pad=0.1)
                     for panel, label in (("conv", "2 convolutions"), ("rnn", "recurrence"),
                                          ("attn", "self-attention")))
-    alt = (f"Diagram: receptive fields over {length} input positions. Two stacked "
-           "convolutions of width 3 let the middle output see 5 inputs through 2 layers; a "
-           "recurrent chain lets the last state see every input, the first one through "
+    alt = (f"Diagram: receptive fields of the output at the last of {length} positions. Two "
+           "stacked causal convolutions of width 3, each reaching 2 positions further back, "
+           f"let it see all {length} inputs, the first through 2 layers; a recurrent chain "
+           "lets the last state see every input, the first one through "
            f"{length} steps; one self-attention layer connects the output to every input "
            "directly, in one step.")
     return Diagram("receptive_fields", tuple(nodes), tuple(edges), regions, alt=alt,

@@ -39,10 +39,11 @@ ALT_NAMES = {
     "soft_lookup": ["query q", "keys k_j", "softmax", "alpha_j", "values v_j"],
     "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i"],
     "band_window": ["band window", "|i - j| < 2", "at most 3 keys", "masked"],
-    "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m_i", "sum l_i",
-                     "written back", "never stored"],
+    "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m", "sum s",
+                     "accumulator u", "o_i = u / s", "written back", "never stored"],
     "kv_cache_growth": ["kv cache", "q_t", "k_1 to k_t", "appended", "not recomputed"],
-    "receptive_fields": ["convolutions", "5 inputs through 2 layers", "recurrent chain",
+    "receptive_fields": ["causal convolutions", "all 5 inputs, the first through 2 layers",
+                         "recurrent chain",
                          "through 5 steps", "self-attention", "every input directly"],
     "node_neighbourhood": ["node i is the query", "neighbours 1 to 4", "alpha_ij", "itself",
                            "no weight"],
@@ -394,8 +395,10 @@ def test_flash_tiling_loads_blocks_into_sram_and_writes_the_output_once():
     _data_path(d, ["Kj", "S"])
     _data_path(d, ["Vj", "Oi"])
     assert d.edges_to("O") == [d.edge("Oi", "O")]  # the only write to HBM
-    assert d.node("stats").role == "memory" and r"m_i" in d.node("stats").label
-    assert r"\ell_i" in d.node("stats").label
+    # chapter 9's letters: blocks I and J, running maximum m and sum s, accumulator U
+    assert [d.node(n).label for n in ("Qi", "Kj", "Vj")] == ["$Q_I$", "$K_J$", "$V_J$"]
+    assert d.node("stats").role == "memory" and d.node("stats").label.endswith("$m$, $s$")
+    assert d.node("Oi").label.startswith("$U$") and "O_I = U/s" in d.edge("Oi", "O").label
     # the scores never go back to HBM: no edge leaves S for a node outside SRAM
     assert all(e.dst in sram.members for e in d.edges_from("S"))
 
@@ -451,10 +454,15 @@ def _hops(diagram, src, dst):
 @pytest.mark.parametrize("length", [3, 5])
 def test_receptive_fields_conv_grows_by_layers_rnn_by_steps_attention_at_once(length):
     d = D.receptive_fields(length)
-    mid = (length + 1) // 2
     inputs = range(1, length + 1)
     conv = {t for t in inputs if _reaches(d, f"conv_x{t}", "conv_out")}
-    assert conv == set(range(max(1, mid - 2), min(length, mid + 2) + 1))  # 2 layers of 3
+    assert conv == set(range(max(1, length - 4), length + 1))  # 2 causal layers of 3
+    # causal: position t of the first layer reads inputs t - 2, t - 1 and t, none later
+    for e in (e for t in inputs for e in d.edges_from(f"conv_x{t}")):
+        reach = int(e.dst.removeprefix("conv_l")) - int(e.src.removeprefix("conv_x"))
+        assert 0 <= reach <= 2
+    for panel in ("conv", "rnn", "attn"):  # every output sits above the last input
+        assert d.node(f"{panel}_out").x == d.node(f"{panel}_x{length}").x
     assert all(_reaches(d, f"rnn_x{t}", "rnn_out") for t in inputs)
     assert all(_reaches(d, f"attn_x{t}", "attn_out") for t in inputs)
     assert [_hops(d, f"attn_x{t}", "attn_out") for t in inputs] == [1] * length
