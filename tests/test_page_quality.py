@@ -1,10 +1,15 @@
 """What a reader meets on the page, checked without a browser.
 
-* Every figure a notebook of the book stores (an ``image/png`` output) has alt text: MyST-NB
+* Every figure a notebook of the book stores (an ``image/png`` or ``image/svg+xml`` output) has
+  alt text: MyST-NB
   reads it from the cell's metadata, ``"mystnb": {"image": {"alt": "..."}}`` (see
   ``myst_nb.core.render.MditRenderMixin.render_image``), and writes it into the ``<img>`` tag.
   A screen reader, or a reader whose images do not load, gets that sentence instead of the
   figure, so it must say what the figure shows: at least 20 characters, and not a file name.
+  A diagram's alt text is the diagram's own (``attention_src.diagrams``), which starts with
+  "Diagram:"; an interactive figure's is its own, which starts with "Interactive figure:".
+* The diagrams and interactive figures of issue 22 are each in the chapter that first needs
+  them (:data:`REQUIRED_DIAGRAMS`, :data:`REQUIRED_INTERACTIVE`).
 * Every ``{term}`` link in a page names a term of the glossary, ``book/glossary.md``, exactly as
   the glossary writes it (Sphinx would resolve a different capitalisation too, but the exact
   text keeps the link greppable and this check simple).
@@ -143,7 +148,8 @@ def test_every_figure_has_alt_text(nb_path):
     for index, cell in enumerate(cells):
         if cell["cell_type"] != "code":
             continue
-        if not any("image/png" in out.get("data", {}) for out in cell.get("outputs", [])):
+        if not any({"image/png", "image/svg+xml"} & set(out.get("data", {}))
+                   for out in cell.get("outputs", [])):
             continue
         alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
         if not isinstance(alt, str) or not alt.strip():
@@ -156,6 +162,76 @@ def test_every_figure_has_alt_text(nb_path):
         f"{_rel(nb_path)}: figures without a usable alt text (say in one sentence what the "
         f"figure shows): {problems}"
     )
+
+
+def _text(data: dict, mime: str) -> str:
+    value = data.get(mime, "")
+    return "".join(value) if isinstance(value, list) else value
+
+
+#: An interactive figure's outer element and its description.
+INTERACTIVE_DIV = re.compile(r'<div data-interactive="(\w+)"[^>]*aria-label="([^"]*)"')
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=_rel)
+def test_diagrams_and_interactive_figures_carry_their_own_alt_text(nb_path):
+    """The cell's alt text is the one the diagram or figure was made with, so a reader of alt
+    text hears what it is ("Diagram: ...", "Interactive figure: ...") and what it shows."""
+    import html as html_lib
+
+    cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    problems = []
+    for index, cell in enumerate(cells):
+        alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "image/svg+xml" in data:
+                own = _text(data, "text/plain").strip()
+                if not own.startswith("Diagram:") or alt != own:
+                    problems.append(f"cell {index}: diagram alt {alt!r}, its own is {own!r}")
+            for name, label in INTERACTIVE_DIV.findall(_text(data, "text/html")):
+                own = html_lib.unescape(label)
+                if not own.startswith("Interactive figure:") or alt != own:
+                    problems.append(f"cell {index}: {name} alt {alt!r}, its own is {own!r}")
+    assert not problems, f"{_rel(nb_path)}: {problems}"
+
+
+#: Issue 22's diagrams, by the chapter that first needs them (the builder's call in a cell).
+REQUIRED_DIAGRAMS = {
+    "01_motivation": ["rnn_encoder_decoder"],
+    "02_scoring_functions": ["soft_lookup"],
+    "03_scaled_dot_product": ["scaled_dot_product_graph"],
+    "04_self_attention": ["self_attention_projections", "band_window"],
+    "05_multi_head": ["multi_head"],
+    "06_multi_head_self_attention": ["encoder_block", "decoder_block", "encoder_decoder"],
+    "07_cnn_rnn_comparison": ["receptive_fields"],
+    "08_graph_attention": ["node_neighbourhood"],
+    "09_efficient_attention": ["flash_tiling", "kv_cache_growth"],
+}
+#: Issue 22's interactive figures, by chapter (the stored figure's ``data-interactive`` name).
+REQUIRED_INTERACTIVE = {
+    "03_scaled_dot_product": ["softmax_temperature"],
+    "04_self_attention": ["attention_explorer"],
+    "05_multi_head": ["head_explorer"],
+    "09_efficient_attention": ["online_softmax_steps"],
+}
+
+
+@pytest.mark.parametrize("stem", sorted(REQUIRED_DIAGRAMS.keys() | REQUIRED_INTERACTIVE.keys()))
+def test_each_chapter_shows_its_diagrams_and_interactive_figures(stem):
+    cells = json.loads((BOOK / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    shown_diagrams, shown_figures = set(), set()
+    for cell in cells:
+        outputs = cell.get("outputs", [])
+        source = "".join(cell["source"])
+        if any("image/svg+xml" in out.get("data", {}) for out in outputs):
+            shown_diagrams |= set(re.findall(r"diagrams\.(\w+)\(", source))
+        for out in outputs:
+            shown_figures |= {name for name, _ in
+                              INTERACTIVE_DIV.findall(_text(out.get("data", {}), "text/html"))}
+    missing = ([d for d in REQUIRED_DIAGRAMS.get(stem, []) if d not in shown_diagrams]
+               + [f for f in REQUIRED_INTERACTIVE.get(stem, []) if f not in shown_figures])
+    assert not missing, f"book/{stem}.ipynb does not show {missing}"
 
 
 # --- glossary -------------------------------------------------------------------------------
