@@ -57,6 +57,12 @@ DIGITS = 3
 MAX_TOKENS = 32
 #: Widest value vector shown as numbers.
 MAX_VALUE_WIDTH = 8
+#: Most tokens labelled one by one on a static heatmap's axes; past it, every
+#: :data:`TICK_STEP`-th position is labelled with its index.
+MAX_TICKS = 8
+TICK_STEP = 4
+#: Most heatmaps side by side in a static drawing (a 5.8 in column holds two legibly).
+PANELS_PER_ROW = 2
 #: How far a row of attention weights may sum from 1 (float32 weights from a model included).
 ROW_SUM_ATOL = 1e-4
 
@@ -189,12 +195,22 @@ class InteractiveFigure:
         return bundle, {"image/png": size}
 
 
+def _ticks(n: int) -> list[int]:
+    """The positions given a tick label: all of them up to :data:`MAX_TICKS`, else every
+    :data:`TICK_STEP`-th (so 16 tokens are labelled 0, 4, 8, 12)."""
+    return list(range(0, n, 1 if n <= MAX_TICKS else TICK_STEP))
+
+
 def _heatmap(ax, w: np.ndarray, tokens: list[str], fig: Figure, title: str | None = None):
+    """``w`` as an image, its ticks labelled with the tokens (or, past :data:`MAX_TICKS`
+    tokens, with the position index of every :data:`TICK_STEP`-th)."""
     im = ax.imshow(w, vmin=0.0, vmax=1.0, cmap="viridis")
-    ax.set_xticks(range(len(tokens)), tokens, rotation=90)
-    ax.set_yticks(range(len(tokens)), tokens)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
+    ticks = _ticks(len(tokens))
+    names = tokens if len(ticks) == len(tokens) else [str(i) for i in ticks]
+    ax.set_xticks(ticks, names, rotation=90 if names is tokens else 0)
+    ax.set_yticks(ticks, names)
+    ax.set_xlabel("key" if names is tokens else "key position")
+    ax.set_ylabel("query" if names is tokens else "query position")
     if title:
         ax.set_title(title)
     return im
@@ -405,16 +421,31 @@ def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> 
     alt = alt or (f"Interactive figure: the attention weights of {layers} layers with "
                   f"{heads} heads each over {L} tokens; choose a layer, a head and a query.")
 
-    def draw(fig: Figure) -> None:
-        axes = np.atleast_2d(fig.subplots(layers, heads, squeeze=False))
-        for a in range(layers):
-            for b in range(heads):
-                im = _heatmap(axes[a, b], w[a, b], toks, fig, f"layer {a + 1}, head {b + 1}")
-        fig.colorbar(im, ax=axes, label="attention weight")
+    panels = layers * heads
+    cols = min(PANELS_PER_ROW, panels)
+    rows = math.ceil(panels / cols)
 
-    width = min(MAX_FIGURE_WIDTH, 1.0 + 2.4 * heads)
+    def draw(fig: Figure) -> None:
+        axes = fig.subplots(rows, cols, squeeze=False, sharex="all", sharey="all")
+        for k, ax in enumerate(axes.flat):
+            if k >= panels:  # an odd number of panels: the last cell stays empty
+                ax.set_axis_off()
+                continue
+            a, b = divmod(k, heads)
+            im = _heatmap(ax, w[a, b], toks, fig, f"L{a + 1} H{b + 1}")
+            # axis names and tick labels on the left column and the lowest panels only
+            if k + cols < panels:
+                ax.set_xlabel("")
+                ax.tick_params(labelbottom=False)
+            if k % cols:
+                ax.set_ylabel("")
+                ax.tick_params(labelleft=False)
+        fig.colorbar(im, ax=axes, label="attention weight", shrink=min(1.0, 0.4 + 0.6 / rows))
+
+    side = min(2.4 if cols == 2 else 4.0, 1.6 + 0.25 * L)  # one panel's side, inches
     return InteractiveFigure("head_explorer", payload, alt, draw,
-                             (width, min(12.0, 2.4 * layers + 0.6)))
+                             (min(MAX_FIGURE_WIDTH, cols * side + 1.4),
+                              min(16.0, rows * (side + 0.1) + 0.8)))
 
 
 def write_site_script(path: str | Path) -> Path:

@@ -260,6 +260,29 @@ def test_head_explorer_payload():
     assert "2 layers with 3 heads" in fig.alt
 
 
+def test_head_explorer_static_panels_two_per_row_with_short_titles_and_sparse_ticks():
+    """2 layers x 4 heads over 16 tokens: 4 rows of 2 panels titled "L1 H1" ..., every 4th
+    position labelled with its index; the figure grows with its rows."""
+    tokens = [f"tok{i}" for i in range(16)]
+    static = I.head_explorer(tokens, _weights(10, 2, 4, 16, 16)).static_figure()
+    panels = [ax for ax in static.axes if ax.images]
+    assert [ax.get_title() for ax in panels] == [f"L{a} H{b}" for a in (1, 2)
+                                                 for b in (1, 2, 3, 4)]
+    grid = {ax.get_subplotspec().get_geometry()[:2] for ax in panels}
+    assert grid == {(4, 2)}
+    for ax in panels:
+        assert list(ax.get_xticks()) == list(ax.get_yticks()) == [0, 4, 8, 12]
+    static.draw_without_rendering()
+    assert [t.get_text() for t in panels[-1].get_xticklabels()] == ["0", "4", "8", "12"]
+    assert static.get_figwidth() <= I.MAX_FIGURE_WIDTH + 1e-9
+    small = I.head_explorer(tokens[:6], _weights(11, 1, 2, 6, 6)).static_figure()
+    (ax,) = [a for a in small.axes if a.images][:1]
+    assert [t.get_text() for t in ax.get_yticklabels()] == tokens[:6]  # few tokens: named
+    assert static.get_figheight() > 3 * small.get_figheight()
+    odd = I.head_explorer(tokens[:4], _weights(12, 1, 3, 4, 4)).static_figure()
+    assert unlabelled_axes(odd) == [] and sum(bool(a.images) for a in odd.axes) == 3
+
+
 @pytest.mark.parametrize("weights, match", [
     (np.full((2, 2, 4, 3), 1 / 3), r"\(layers, heads, 4, 4\)"),
     (np.full((5, 4, 4, 4), 0.25), "layers \\* heads <= 16"),
