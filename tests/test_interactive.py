@@ -89,6 +89,28 @@ def test_explorer_without_values_has_no_outputs():
     assert fig.payload["weights"] == [[1.0, 0.0], [0.25, 0.75]]
 
 
+def test_explorer_value_labels_name_the_value_features():
+    w, v = _weights(20, 6, 6), np.random.default_rng(21).normal(size=(6, 2))
+    fig = I.attention_explorer(TOKENS, w, v, value_labels=("action", "place"))
+    assert fig.payload["value_labels"] == ["action", "place"]
+    _close(fig.payload["outputs"], w @ v)
+    assert I.attention_explorer(TOKENS, w, v).payload["value_labels"] is None
+    assert '"value_labels":["action","place"]' in fig.json()
+
+
+@pytest.mark.parametrize("labels, values, error, match", [
+    (["action"], np.ones((6, 2)), ValueError, r"d_v = 2\), got 1 labels"),
+    (["a", "b", "c"], np.ones((6, 2)), ValueError, "got 3 labels"),
+    (["a", "b"], None, ValueError, "no values"),
+    ("ab", np.ones((6, 2)), TypeError, "sequence of str"),
+    (["a", 2], np.ones((6, 2)), TypeError, "sequence of str"),
+    (3, np.ones((6, 2)), TypeError, "sequence of str"),
+])
+def test_explorer_rejects_bad_value_labels(labels, values, error, match):
+    with pytest.raises(error, match=match):
+        I.attention_explorer(TOKENS, _weights(22, 6, 6), values, value_labels=labels)
+
+
 def test_rounding_writes_no_negative_zero():
     fig = I.attention_explorer(["a", "b"], np.eye(2), [[-1e-9, 0.0], [2.0, -0.0004]])
     assert fig.payload["outputs"] == [[0.0, 0.0], [2.0, 0.0]]
@@ -326,6 +348,14 @@ def test_figure_needs_a_known_renderer_and_an_alt_text():
         I.InteractiveFigure("scatter", {}, "Interactive figure: nothing", lambda f: None, (1, 1))
     with pytest.raises(ValueError, match="alt must be"):
         I.InteractiveFigure("head_explorer", {}, "short", lambda f: None, (1, 1))
+
+
+def test_renderer_draws_a_slider_only_where_there_is_a_choice_and_keys_the_colours():
+    """The browser tests check these on a page; here, the text that does it."""
+    js = I.RENDERER_JS
+    assert 'if (nl > 1) slider(box, "layer"' in js and 'if (nh > 1) slider(box, "head"' in js
+    assert '"aei-legend", "Keys: blue read before, vermillion this block"' in js
+    assert "if (n > 12)" in js and ".aei-two{display:grid" in js
 
 
 def test_renderer_is_small_offline_and_written_as_is(tmp_path):
