@@ -414,6 +414,9 @@ def online_softmax_steps(scores, values, block: int, *,
 def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> InteractiveFigure:
     """Choose a layer and a head, see its attention pattern and one query's row (ch. 5, 6).
 
+    A slider chooses the layer (the head), only where there are several. The static image
+    draws every head, at most :data:`PANELS_PER_ROW` a row, titled ``L1 H1`` ....
+
     Args:
         tokens: the ``L`` tokens, ``1 <= L <= 32``.
         weights: ``(layers, heads, L, L)`` attention weights, each row summing to 1;
