@@ -57,6 +57,12 @@ DIGITS = 3
 MAX_TOKENS = 32
 #: Widest value vector shown as numbers.
 MAX_VALUE_WIDTH = 8
+#: Most tokens labelled one by one on a static heatmap's axes; past it, every
+#: :data:`TICK_STEP`-th position is labelled with its index.
+MAX_TICKS = 8
+TICK_STEP = 4
+#: Most heatmaps side by side in a static drawing (a 5.8 in column holds two legibly).
+PANELS_PER_ROW = 2
 #: How far a row of attention weights may sum from 1 (float32 weights from a model included).
 ROW_SUM_ATOL = 1e-4
 
@@ -189,12 +195,22 @@ class InteractiveFigure:
         return bundle, {"image/png": size}
 
 
+def _ticks(n: int) -> list[int]:
+    """The positions given a tick label: all of them up to :data:`MAX_TICKS`, else every
+    :data:`TICK_STEP`-th (so 16 tokens are labelled 0, 4, 8, 12)."""
+    return list(range(0, n, 1 if n <= MAX_TICKS else TICK_STEP))
+
+
 def _heatmap(ax, w: np.ndarray, tokens: list[str], fig: Figure, title: str | None = None):
+    """``w`` as an image, its ticks labelled with the tokens (or, past :data:`MAX_TICKS`
+    tokens, with the position index of every :data:`TICK_STEP`-th)."""
     im = ax.imshow(w, vmin=0.0, vmax=1.0, cmap="viridis")
-    ax.set_xticks(range(len(tokens)), tokens, rotation=90)
-    ax.set_yticks(range(len(tokens)), tokens)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
+    ticks = _ticks(len(tokens))
+    names = tokens if len(ticks) == len(tokens) else [str(i) for i in ticks]
+    ax.set_xticks(ticks, names, rotation=90 if names is tokens else 0)
+    ax.set_yticks(ticks, names)
+    ax.set_xlabel("key" if names is tokens else "key position")
+    ax.set_ylabel("query" if names is tokens else "query position")
     if title:
         ax.set_title(title)
     return im
@@ -204,6 +220,7 @@ def _heatmap(ax, w: np.ndarray, tokens: list[str], fig: Figure, title: str | Non
 
 
 def attention_explorer(tokens: Sequence[str], weights, values=None, *, query: int = 0,
+                       value_labels: Sequence[str] | None = None,
                        alt: str | None = None) -> InteractiveFigure:
     """Point at a query token, see its row of attention weights over the sentence (ch. 4).
 
@@ -214,11 +231,15 @@ def attention_explorer(tokens: Sequence[str], weights, values=None, *, query: in
         values: optional ``(L, d_v)`` value vectors, ``d_v <= 8``; then the figure also shows
             each query's weighted sum ``weights[i] @ values`` (computed here, in float64).
         query: the query shown first.
+        value_labels: optional names of the ``d_v`` value features (e.g. ``"action"``,
+            ``"place"``); given, the weighted sum is shown as one ``name: number`` row each.
+            Needs ``values``.
         alt: the figure's one-sentence description (a default is written from the data).
 
     Returns:
         An :class:`InteractiveFigure` named ``attention_explorer``; its payload holds
-        ``tokens``, ``weights`` (``L x L``), ``outputs`` (``L x d_v`` or ``None``), ``query``.
+        ``tokens``, ``weights`` (``L x L``), ``outputs`` (``L x d_v`` or ``None``), ``query``
+        and ``value_labels`` (``d_v`` names or ``None``).
     """
     toks = _tokens(tokens)
     L = len(toks)
@@ -234,9 +255,19 @@ def attention_explorer(tokens: Sequence[str], weights, values=None, *, query: in
             raise ValueError(f"values must have shape (L, d_v) with L = {L} and d_v <= "
                              f"{MAX_VALUE_WIDTH}, got {v.shape}")
         outputs = _rounded(torch.from_numpy(w) @ torch.from_numpy(v))  # (L, d_v)
+    if value_labels is not None:
+        if isinstance(value_labels, str) or not isinstance(value_labels, Sequence) or any(
+                not isinstance(x, str) for x in value_labels):
+            raise TypeError(f"value_labels must be a sequence of str, got {value_labels!r}")
+        if outputs is None or len(value_labels) != len(outputs[0]):
+            width = "no values" if outputs is None else f"d_v = {len(outputs[0])}"
+            raise ValueError(f"value_labels must name the d_v value features ({width}), "
+                             f"got {len(value_labels)} labels")
+        value_labels = list(value_labels)
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < L:
         raise ValueError(f"query must be an int in [0, {L}), got {query!r}")
-    payload = {"tokens": toks, "weights": _rounded(w), "outputs": outputs, "query": query}
+    payload = {"tokens": toks, "weights": _rounded(w), "outputs": outputs, "query": query,
+               "value_labels": value_labels}
     alt = alt or (f"Interactive figure: the attention weights of each of the {L} tokens "
                   "over the sentence; choose a query token to see its row"
                   + (" and its weighted sum of the values." if outputs else "."))
@@ -383,6 +414,9 @@ def online_softmax_steps(scores, values, block: int, *,
 def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> InteractiveFigure:
     """Choose a layer and a head, see its attention pattern and one query's row (ch. 5, 6).
 
+    A slider chooses the layer (the head), only where there are several. The static image
+    draws every head, at most :data:`PANELS_PER_ROW` a row, titled ``L1 H1`` ....
+
     Args:
         tokens: the ``L`` tokens, ``1 <= L <= 32``.
         weights: ``(layers, heads, L, L)`` attention weights, each row summing to 1;
@@ -405,16 +439,31 @@ def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> 
     alt = alt or (f"Interactive figure: the attention weights of {layers} layers with "
                   f"{heads} heads each over {L} tokens; choose a layer, a head and a query.")
 
-    def draw(fig: Figure) -> None:
-        axes = np.atleast_2d(fig.subplots(layers, heads, squeeze=False))
-        for a in range(layers):
-            for b in range(heads):
-                im = _heatmap(axes[a, b], w[a, b], toks, fig, f"layer {a + 1}, head {b + 1}")
-        fig.colorbar(im, ax=axes, label="attention weight")
+    panels = layers * heads
+    cols = min(PANELS_PER_ROW, panels)
+    rows = math.ceil(panels / cols)
 
-    width = min(MAX_FIGURE_WIDTH, 1.0 + 2.4 * heads)
+    def draw(fig: Figure) -> None:
+        axes = fig.subplots(rows, cols, squeeze=False, sharex="all", sharey="all")
+        for k, ax in enumerate(axes.flat):
+            if k >= panels:  # an odd number of panels: the last cell stays empty
+                ax.set_axis_off()
+                continue
+            a, b = divmod(k, heads)
+            im = _heatmap(ax, w[a, b], toks, fig, f"L{a + 1} H{b + 1}")
+            # axis names and tick labels on the left column and the lowest panels only
+            if k + cols < panels:
+                ax.set_xlabel("")
+                ax.tick_params(labelbottom=False)
+            if k % cols:
+                ax.set_ylabel("")
+                ax.tick_params(labelleft=False)
+        fig.colorbar(im, ax=axes, label="attention weight", shrink=min(1.0, 0.4 + 0.6 / rows))
+
+    side = min(2.4 if cols == 2 else 4.0, 1.6 + 0.25 * L)  # one panel's side, inches
     return InteractiveFigure("head_explorer", payload, alt, draw,
-                             (width, min(12.0, 2.4 * layers + 0.6)))
+                             (min(MAX_FIGURE_WIDTH, cols * side + 1.4),
+                              min(16.0, rows * (side + 0.1) + 0.8)))
 
 
 def write_site_script(path: str | Path) -> Path:
@@ -430,10 +479,9 @@ _NAMES = frozenset({"attention_explorer", "softmax_temperature", "online_softmax
 #: The renderer, inline in every figure's HTML and served by the site as
 #: ``_static/interactive.js`` (:func:`write_site_script`).
 RENDERER_JS = r"""
-/* Attention, Executed: interactive figures, rendered from the JSON a notebook cell wrote.
-   Every number shown was computed in Python (attention_src.interactive); this script only
-   displays it. No network, no library. Idempotent: each <div data-interactive> is drawn once,
-   however often the script is loaded. */
+/* Attention, Executed: interactive figures drawn from the JSON a notebook cell wrote; every
+   number was computed in Python (attention_src.interactive). No network, no library; each
+   <div data-interactive> is drawn once however often this is loaded. */
 (function () {
   "use strict";
   var VERSION = 1;
@@ -458,6 +506,9 @@ RENDERER_JS = r"""
     ".aei-track::before{content:'';position:absolute;inset:0;background:currentColor;opacity:.12}",
     ".aei-fill{display:block;height:100%;background:" + C.blue + ";position:relative}",
     ".aei-num{flex:0 0 4.2em;text-align:right}",
+    ".aei-two{display:grid;grid-auto-flow:column;column-gap:10px}",
+    ".aei-two .aei-label{flex-basis:3.6em}.aei-two .aei-num{flex-basis:3em}" +
+      ".aei-two .aei-track{min-width:12px}",
     ".aei-row{margin:.25em 0}.aei-row label{margin-right:.5em}",
     ".aei input[type=range]{width:100%;max-width:320px;vertical-align:middle;" +
       "accent-color:" + C.blue + "}",
@@ -465,7 +516,7 @@ RENDERER_JS = r"""
     ".aei-key{flex:1 1 0;height:16px;max-width:24px;background:currentColor;opacity:.2}",
     ".aei-key.read{background:" + C.blue + ";opacity:1}",
     ".aei-key.now{background:" + C.vermillion + ";opacity:1}",
-    ".aei-grid{display:grid;gap:1px;max-width:300px;margin:.3em 0}",
+    ".aei-grid{display:grid;gap:1px;max-width:260px;margin:.3em 0}",
     ".aei-cell{aspect-ratio:1;background:" + C.blue + ";cursor:pointer}",
     ".aei-cell.sel{outline:2px solid " + C.vermillion + "}",
     ".aei dl{display:grid;grid-template-columns:auto 1fr;gap:1px 8px;margin:.3em 0}",
@@ -480,10 +531,16 @@ RENDERER_JS = r"""
     return e;
   }
   function fmt(x) { return x.toFixed(3); }
+  function state(box, k, v) { box.parentNode.setAttribute("data-" + k, String(v)); }
   function vec(xs) { return "[" + xs.map(fmt).join(", ") + "]"; }
 
-  /* rows of bars: label, a bar of width value/scale, the value as text */
+  /* bars: label, bar, value as text; past 12, in two columns (in order, down each) */
   function bars(box, labels) {
+    var n = labels.length;
+    if (n > 12) {
+      box = box.appendChild(el("div", "aei-two"));
+      box.style.gridTemplateRows = "repeat(" + Math.ceil(n / 2) + ",auto)";
+    }
     var rows = labels.map(function (lab, j) {
       var r = el("div", "aei-bar"), fill = el("span", "aei-fill"), t = el("span", "aei-track");
       r.setAttribute("data-j", String(j));
@@ -552,26 +609,32 @@ RENDERER_JS = r"""
   }
 
   /* one query's row of weights over the keys, and the weighted sum when given */
-  function rowView(box, toks) {
+  function rowView(box, toks, names) {
     var cap = box.appendChild(el("div", "aei-cap"));
     var draw = bars(box, toks), dd = null;
     return function (i, weights, output) {
       cap.textContent = "Weights of the query \u201c" + toks[i] + "\u201d over the keys";
       draw(weights);
-      if (output) {
-        if (!dd) dd = readout(box, [["output", "weighted sum of values"]]);
-        dd.output.textContent = vec(output);
+      if (!output) return;
+      /* named features: one "name: number" row each */
+      if (!dd) {
+        if (names) box.appendChild(el("div", "aei-cap", "Weighted sum of the values"));
+        dd = readout(box, names ? names.map(function (n, k) { return ["v" + k, n]; })
+          : [["output", "weighted sum of values"]]);
       }
+      if (!names) dd.output.textContent = vec(output);
+      else output.forEach(function (x, k) { dd["v" + k].textContent = fmt(x); });
     };
   }
 
   var RENDER = {
     attention_explorer: function (box, d) {
       box.appendChild(el("div", null, "Query (click, hover or Tab + Enter):"));
-      var mark = tokens(box, d.tokens, select), show = rowView(box, d.tokens);
+      var mark = tokens(box, d.tokens, select);
+      var show = rowView(box, d.tokens, d.value_labels);
       function select(i) {
         mark(i); show(i, d.weights[i], d.outputs ? d.outputs[i] : null);
-        box.parentNode.setAttribute("data-query", String(i));
+        state(box, "query", i);
       }
       select(d.query);
     },
@@ -584,7 +647,7 @@ RENDERER_JS = r"""
         dd.parameter.textContent = fmt(d.temperatures[t]);
         draw(d.weights[t]);
         dd2.max.textContent = fmt(Math.max.apply(null, d.weights[t]));
-        box.parentNode.setAttribute("data-step", String(t));
+        state(box, "step", t);
       }
       select(d.start);
     },
@@ -597,6 +660,7 @@ RENDERER_JS = r"""
         keys.push(strip.appendChild(el("span", "aei-key")));
         keys[j].title = "key " + (j + 1) + ": score " + fmt(d.scores[j]);
       }
+      box.appendChild(el("div", "aei-legend", "Keys: blue read before, vermillion this block"));
       var dd = readout(box, [["keys", "keys read"], ["max", "running maximum m"],
         ["sum", "running sum s"], ["rescale", "rescale exp(m_old \u2212 m)"],
         ["output", "running output"], ["exact", "exact output"],
@@ -614,15 +678,17 @@ RENDERER_JS = r"""
         dd.rescale.textContent = s.rescale === null ? "\u2014 (first block)" : fmt(s.rescale);
         dd.output.textContent = vec(s.output);
         dd.error.textContent = s.error === 0 ? "< 1e-12" : s.error.toExponential(1);
-        box.parentNode.setAttribute("data-step", String(b));
+        state(box, "step", b);
       }
       select(0);
     },
     head_explorer: function (box, d) {
       var L = d.tokens.length, layer = 0, head = 0, query = 0, cells = [];
+      var nl = d.weights.length, nh = d.weights[0].length;
       var info = readout(box, [["head", "showing"]]);
-      slider(box, "layer", d.weights.length, function (v) { layer = v; update(); }, 0);
-      slider(box, "head", d.weights[0].length, function (v) { head = v; update(); }, 0);
+      /* a slider only where there is a choice */
+      if (nl > 1) slider(box, "layer", nl, function (v) { layer = v; update(); }, 0);
+      if (nh > 1) slider(box, "head", nh, function (v) { head = v; update(); }, 0);
       var grid = box.appendChild(el("div", "aei-grid"));
       grid.style.gridTemplateColumns = "repeat(" + L + ",1fr)";
       grid.setAttribute("aria-hidden", "true");
@@ -643,11 +709,11 @@ RENDERER_JS = r"""
         });
         mark(query);
         show(query, w[query], null);
-        info.head.textContent = "layer " + (layer + 1) + " of " + d.weights.length +
-          ", head " + (head + 1) + " of " + d.weights[0].length;
-        box.parentNode.setAttribute("data-layer", String(layer));
-        box.parentNode.setAttribute("data-head", String(head));
-        box.parentNode.setAttribute("data-query", String(query));
+        info.head.textContent = "layer " + (layer + 1) + " of " + nl +
+          ", head " + (head + 1) + " of " + nh;
+        state(box, "layer", layer);
+        state(box, "head", head);
+        state(box, "query", query);
       }
       update();
     }

@@ -50,11 +50,16 @@ def check_attention_explorer(page, box, p: dict) -> None:
     def check(i):
         assert box.get_attribute("data-query") == str(i)
         assert bars(box) == fmt(p["weights"][i])
-        if p["outputs"] is not None:
+        names = p.get("value_labels")
+        if names:  # one "name: number" row per value feature
+            assert [field(box, f"v{k}") for k in range(len(names))] == fmt(p["outputs"][i])
+        elif p["outputs"] is not None:
             assert field(box, "output") == vec(p["outputs"][i])
         assert buttons.nth(i).get_attribute("aria-pressed") == "true"
 
     check(p["query"])
+    if p.get("value_labels"):
+        assert box.locator("dt").all_inner_texts() == p["value_labels"]  # text, not markup
     for i in range(len(tokens)):
         buttons.nth(i).click()
         check(i)
@@ -90,6 +95,8 @@ def check_softmax_temperature(page, box, p: dict) -> None:
 
 
 def check_online_softmax_steps(page, box, p: dict) -> None:
+    legend = box.locator(".aei-legend").inner_text()  # what the key cells' colours mean
+    assert "blue" in legend and "vermillion" in legend
     assert field(box, "exact") == vec(p["exact"])
     box.locator("input[type=range]").focus()
     page.keyboard.press("Home")
@@ -114,17 +121,21 @@ def check_online_softmax_steps(page, box, p: dict) -> None:
 
 
 def check_head_explorer(page, box, p: dict) -> None:
+    """Sliders for the layer and the head, each only where there is more than one."""
     w = p["weights"]
     layers, heads, n = len(w), len(w[0]), len(p["tokens"])
     sliders = box.locator("input[type=range]").all()
-    assert len(sliders) == 2
-    layer, head = sliders
+    assert len(sliders) == (layers > 1) + (heads > 1)
+    layer = sliders.pop(0) if layers > 1 else None
+    head = sliders.pop(0) if heads > 1 else None
+    labels = box.locator(".aei-row label").all_inner_texts()
+    assert labels == ["layer"] * (layers > 1) + ["head"] * (heads > 1)
     buttons = box.locator("button.aei-tok")
     assert buttons.all_inner_texts() == p["tokens"]
-    layer.focus()
-    page.keyboard.press("End")
-    head.focus()
-    page.keyboard.press("End")
+    for s in (layer, head):
+        if s is not None:
+            s.focus()
+            page.keyboard.press("End")
     q = min(2, n - 1)
     buttons.nth(q).click()
     assert (box.get_attribute("data-layer"), box.get_attribute("data-head")) == (
@@ -137,11 +148,13 @@ def check_head_explorer(page, box, p: dict) -> None:
     box.locator(".aei-cell").nth(n * (n - 1) + 1).click()  # a cell of the last row
     assert box.get_attribute("data-query") == str(n - 1)
     assert bars(box) == fmt(w[-1][-1][n - 1])
-    head.focus()
-    page.keyboard.press("Home")
-    assert bars(box) == fmt(w[-1][0][n - 1])
-    layer.focus()
-    page.keyboard.press("Home")
+    if head is not None:
+        head.focus()
+        page.keyboard.press("Home")
+        assert bars(box) == fmt(w[-1][0][n - 1])
+    if layer is not None:
+        layer.focus()
+        page.keyboard.press("Home")
     assert field(box, "head") == f"layer 1 of {layers}, head 1 of {heads}"
     assert bars(box) == fmt(w[0][0][n - 1])
 

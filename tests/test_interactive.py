@@ -89,6 +89,28 @@ def test_explorer_without_values_has_no_outputs():
     assert fig.payload["weights"] == [[1.0, 0.0], [0.25, 0.75]]
 
 
+def test_explorer_value_labels_name_the_value_features():
+    w, v = _weights(20, 6, 6), np.random.default_rng(21).normal(size=(6, 2))
+    fig = I.attention_explorer(TOKENS, w, v, value_labels=("action", "place"))
+    assert fig.payload["value_labels"] == ["action", "place"]
+    _close(fig.payload["outputs"], w @ v)
+    assert I.attention_explorer(TOKENS, w, v).payload["value_labels"] is None
+    assert '"value_labels":["action","place"]' in fig.json()
+
+
+@pytest.mark.parametrize("labels, values, error, match", [
+    (["action"], np.ones((6, 2)), ValueError, r"d_v = 2\), got 1 labels"),
+    (["a", "b", "c"], np.ones((6, 2)), ValueError, "got 3 labels"),
+    (["a", "b"], None, ValueError, "no values"),
+    ("ab", np.ones((6, 2)), TypeError, "sequence of str"),
+    (["a", 2], np.ones((6, 2)), TypeError, "sequence of str"),
+    (3, np.ones((6, 2)), TypeError, "sequence of str"),
+])
+def test_explorer_rejects_bad_value_labels(labels, values, error, match):
+    with pytest.raises(error, match=match):
+        I.attention_explorer(TOKENS, _weights(22, 6, 6), values, value_labels=labels)
+
+
 def test_rounding_writes_no_negative_zero():
     fig = I.attention_explorer(["a", "b"], np.eye(2), [[-1e-9, 0.0], [2.0, -0.0004]])
     assert fig.payload["outputs"] == [[0.0, 0.0], [2.0, 0.0]]
@@ -260,6 +282,29 @@ def test_head_explorer_payload():
     assert "2 layers with 3 heads" in fig.alt
 
 
+def test_head_explorer_static_panels_two_per_row_with_short_titles_and_sparse_ticks():
+    """2 layers x 4 heads over 16 tokens: 4 rows of 2 panels titled "L1 H1" ..., every 4th
+    position labelled with its index; the figure grows with its rows."""
+    tokens = [f"tok{i}" for i in range(16)]
+    static = I.head_explorer(tokens, _weights(10, 2, 4, 16, 16)).static_figure()
+    panels = [ax for ax in static.axes if ax.images]
+    assert [ax.get_title() for ax in panels] == [f"L{a} H{b}" for a in (1, 2)
+                                                 for b in (1, 2, 3, 4)]
+    grid = {ax.get_subplotspec().get_geometry()[:2] for ax in panels}
+    assert grid == {(4, 2)}
+    for ax in panels:
+        assert list(ax.get_xticks()) == list(ax.get_yticks()) == [0, 4, 8, 12]
+    static.draw_without_rendering()
+    assert [t.get_text() for t in panels[-1].get_xticklabels()] == ["0", "4", "8", "12"]
+    assert static.get_figwidth() <= I.MAX_FIGURE_WIDTH + 1e-9
+    small = I.head_explorer(tokens[:6], _weights(11, 1, 2, 6, 6)).static_figure()
+    (ax,) = [a for a in small.axes if a.images][:1]
+    assert [t.get_text() for t in ax.get_yticklabels()] == tokens[:6]  # few tokens: named
+    assert static.get_figheight() > 3 * small.get_figheight()
+    odd = I.head_explorer(tokens[:4], _weights(12, 1, 3, 4, 4)).static_figure()
+    assert unlabelled_axes(odd) == [] and sum(bool(a.images) for a in odd.axes) == 3
+
+
 @pytest.mark.parametrize("weights, match", [
     (np.full((2, 2, 4, 3), 1 / 3), r"\(layers, heads, 4, 4\)"),
     (np.full((5, 4, 4, 4), 0.25), "layers \\* heads <= 16"),
@@ -303,6 +348,14 @@ def test_figure_needs_a_known_renderer_and_an_alt_text():
         I.InteractiveFigure("scatter", {}, "Interactive figure: nothing", lambda f: None, (1, 1))
     with pytest.raises(ValueError, match="alt must be"):
         I.InteractiveFigure("head_explorer", {}, "short", lambda f: None, (1, 1))
+
+
+def test_renderer_draws_a_slider_only_where_there_is_a_choice_and_keys_the_colours():
+    """The browser tests check these on a page; here, the text that does it."""
+    js = I.RENDERER_JS
+    assert 'if (nl > 1) slider(box, "layer"' in js and 'if (nh > 1) slider(box, "head"' in js
+    assert '"aei-legend", "Keys: blue read before, vermillion this block"' in js
+    assert "if (n > 12)" in js and ".aei-two{display:grid" in js
 
 
 def test_renderer_is_small_offline_and_written_as_is(tmp_path):

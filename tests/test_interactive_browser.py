@@ -23,6 +23,10 @@ pytestmark = pytest.mark.browser
 
 KEEP = ROOT / "_build" / "screenshots" / "interactive"
 TOKENS = ["the", "cat", "<b>", "sat", "on", "the", "mat"]
+LONG = [f"word{i}" for i in range(16)]  # 16 tokens: must still fit a phone's screen
+#: The tallest a figure may be at 390 px wide (an iPhone 14 shows about 660 px of page
+#: below the browser's bars).
+MAX_HEIGHT = 660
 
 
 def _softmax(x):
@@ -41,6 +45,17 @@ def _figures():
         "online_softmax_steps": I.online_softmax_steps(
             rng.normal(size=10) * 3, rng.normal(size=(10, 2)), 3),
         "head_explorer": I.head_explorer(TOKENS[:5], _softmax(rng.normal(size=(2, 3, 5, 5)) * 2)),
+        # one layer (chapter 5's model: 1 layer x 2 heads), 16 tokens: no layer slider
+        "head_explorer_one_layer": I.head_explorer(
+            LONG, _softmax(rng.normal(size=(1, 2, 16, 16)) * 2)),
+        # the editor's case: 2 layers x 4 heads over 16 tokens (823 px tall before)
+        "head_explorer_long": I.head_explorer(
+            LONG, _softmax(rng.normal(size=(2, 4, 16, 16)) * 2)),
+        "head_explorer_one_head": I.head_explorer(
+            TOKENS[:4], _softmax(rng.normal(size=(2, 1, 4, 4)) * 2)),
+        "attention_explorer_labelled": I.attention_explorer(
+            LONG, _softmax(rng.normal(size=(16, 16)) * 2), rng.normal(size=(16, 3)),
+            value_labels=["action", "place", "<i>thing</i>"]),
     }
 
 
@@ -56,7 +71,8 @@ def page_and_figures(browser, tmp_path_factory):
     folder = tmp_path_factory.mktemp("interactive")
     html = ("<!doctype html><html lang=en><head><meta charset=utf-8><title>figures</title>"
             "<meta name=viewport content='width=device-width, initial-scale=1'></head><body>"
-            + "".join(f"<section>{f.to_html()}</section>" for f in figs.values())
+            + "".join(f"<section id={key}>{f.to_html()}</section>"
+                      for key, f in figs.items())
             + "</body></html>")
     path = folder / "figures.html"
     path.write_text(html, encoding="utf-8")
@@ -69,14 +85,14 @@ def page_and_figures(browser, tmp_path_factory):
     assert not blocked, f"requests that would leave the machine: {blocked}"
 
 
-def _box(page, name):
-    return page.locator(f"div[data-interactive={name}]")
+def _box(page, key):
+    return page.locator(f"#{key} > div[data-interactive]")
 
 
 def test_each_figure_renders_once_and_fits_a_phone(page_and_figures):
     page, figs, _ = page_and_figures
-    for name in figs:
-        C.check_rendered(_box(page, name))
+    for key in figs:
+        C.check_rendered(_box(page, key))
     # loading the renderer again (the site's copy beside the inline one) draws nothing twice
     page.add_script_tag(content=I.RENDERER_JS)
     page.add_script_tag(content=I.RENDERER_JS)
@@ -86,14 +102,36 @@ def test_each_figure_renders_once_and_fits_a_phone(page_and_figures):
 
 def test_payload_on_the_page_is_the_one_python_computed(page_and_figures):
     page, figs, _ = page_and_figures
-    for name, fig in figs.items():
-        assert C.payload_of(_box(page, name)) == fig.payload
+    for key, fig in figs.items():
+        assert C.payload_of(_box(page, key)) == fig.payload
 
 
-@pytest.mark.parametrize("name", sorted(C.CHECKS))
-def test_clicks_keys_and_sliders_show_the_computed_values(page_and_figures, name):
+@pytest.mark.parametrize("key", sorted(_figures()))
+def test_clicks_keys_and_sliders_show_the_computed_values(page_and_figures, key):
     page, figs, _ = page_and_figures
-    C.CHECKS[name](page, _box(page, name), figs[name].payload)
+    C.CHECKS[figs[key].name](page, _box(page, key), figs[key].payload)
+
+
+def test_every_figure_fits_a_phone_screen(page_and_figures):
+    """16 tokens included: the bars go in two columns, and no figure is taller than a
+    phone's screen."""
+    page, figs, _ = page_and_figures
+    heights = {key: _box(page, key).bounding_box()["height"] for key in figs}
+    print(heights)
+    assert max(heights.values()) <= MAX_HEIGHT, heights
+
+
+def test_one_layer_has_no_layer_slider(page_and_figures):
+    page, _, _ = page_and_figures
+    box = _box(page, "head_explorer_one_layer")
+    assert box.locator(".aei-row label").all_inner_texts() == ["head"]
+    assert C.field(box, "head") == "layer 1 of 1, head 1 of 2"
+
+
+def test_online_softmax_key_colours_have_a_legend(page_and_figures):
+    page, _, _ = page_and_figures
+    legend = _box(page, "online_softmax_steps").locator(".aei-legend").inner_text()
+    assert "blue" in legend and "vermillion" in legend
 
 
 def test_explorer_tokens_stay_text(page_and_figures):
@@ -106,9 +144,9 @@ def test_explorer_tokens_stay_text(page_and_figures):
 def test_screenshots_at_phone_width(page_and_figures):
     page, figs, folder = page_and_figures
     KEEP.mkdir(parents=True, exist_ok=True)
-    for name in figs:
-        shot = folder / f"{name}.png"
-        _box(page, name).screenshot(path=str(shot))
+    for key in figs:
+        shot = folder / f"{key}.png"
+        _box(page, key).screenshot(path=str(shot))
         assert shot.stat().st_size > 2_000
         shutil.copyfile(shot, KEEP / shot.name)
 
