@@ -662,11 +662,16 @@ def soft_lookup(n_pairs: int = 3) -> Diagram:
 def rnn_encoder_decoder(steps: int = 3) -> Diagram:
     """Chapter 1: the RNN encoder-decoder with one fixed context vector C (left panel)
     against one context c_i per output step with attention (right panel): encoder states
-    h_j at the bottom, decoder states s_i at the top; ``steps`` input and output steps."""
+    h_j at the bottom, decoder states s_i at the top; ``steps`` input and output steps.
+
+    With attention (Bahdanau et al.), the weights of c_i are
+    alpha_ij = softmax_j a(s_{i-1}, h_j): the previous decoder state s_{i-1} is the query,
+    so a dashed "read" arrow runs from s_{i-1} to c_i (from the initial state s_0 for
+    i = 1), beside the arrows from every h_j."""
     if steps not in (2, 3):
         raise ValueError(f"steps must be 2 or 3 (boxes that fit the width), got {steps}")
-    left = [0.55 + 0.8 * j for j in range(steps)]
-    right = [3.65 + 0.8 * j for j in range(steps)]
+    left = [0.45 + 0.75 * j for j in range(steps)]
+    right = [3.7 + 0.75 * j for j in range(steps)]
     y_h, y_c, y_s = 0.45, 1.5, 2.55
     nodes, edges = [], []
     # left panel: without attention, the last encoder state becomes C
@@ -682,7 +687,9 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
         if i > 1:
             edges.append(Edge(f"s{i - 1}", f"s{i}"))
     n_left = len(nodes)
-    # right panel: with attention, every output step gets its own context
+    # right panel: with attention, every output step gets its own context, whose weights
+    # the previous decoder state (the query) decides: s_0 is the decoder's initial state
+    nodes.append(Node("as0", "$s_0$", "query", right[0] - 0.7, y_s, w=0.55))
     for j, x in enumerate(right, start=1):
         nodes.append(Node(f"ah{j}", f"$h_{j}$", "memory", x, y_h, w=0.55))
         if j > 1:
@@ -691,8 +698,8 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
         nodes.append(Node(f"c{i}", f"$c_{i}$", "output", x, y_c, w=0.55))
         nodes.append(Node(f"as{i}", f"$s_{i}$", "query", x, y_s, w=0.55))
         edges.append(Edge(f"c{i}", f"as{i}"))
-        if i > 1:
-            edges.append(Edge(f"as{i - 1}", f"as{i}"))
+        edges.append(Edge(f"as{i - 1}", f"as{i}"))
+        edges.append(Edge(f"as{i - 1}", f"c{i}", kind="read"))
         for j in range(1, steps + 1):
             edges.append(Edge(f"ah{j}", f"c{i}"))
     regions = (
@@ -702,7 +709,9 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
     alt = ("Diagram: an RNN encoder-decoder two ways. Left, without attention: the encoder "
            "states h_j end in one fixed context vector C that every decoder state s_i reads. "
            "Right, with attention: each output step i gets its own context c_i, a weighted "
-           "sum of all the encoder states h_j, so an arrow runs from every h_j to every c_i.")
+           "sum of all the encoder states h_j, so an arrow runs from every h_j to every c_i. "
+           "The weights of c_i depend on the previous decoder state s_{i-1} (the query; s_0 "
+           "is the initial state), so a dashed arrow runs from s_{i-1} to c_i.")
     return Diagram("rnn_encoder_decoder", tuple(nodes), tuple(edges), regions, alt=alt,
                    height=3.35)
 

@@ -37,7 +37,8 @@ ALT_NAMES = {
                         "next token"],
     "self_attention_projections": ["one sequence x", "w_q", "w_k", "w_v"],
     "soft_lookup": ["query q", "keys k_j", "softmax", "alpha_j", "values v_j"],
-    "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i"],
+    "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i",
+                            "weights of c_i depend on the previous decoder state s_{i-1}"],
     "band_window": ["band window", "|i - j| < 2", "at most 3 keys", "masked"],
     "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m", "sum s",
                      "accumulator u", "o_i = u / s", "written back", "never stored"],
@@ -342,14 +343,19 @@ def test_rnn_encoder_decoder_one_context_against_one_per_step(steps):
     for i in range(1, steps + 1):
         # without attention every decoder state reads the same C, and no encoder state
         assert [e.src for e in d.edges_to(f"s{i}")] == ["C"] + ([f"s{i - 1}"] if i > 1 else [])
-        # with attention every step has its own context, fed by every encoder state
-        assert sorted(e.src for e in d.edges_to(f"c{i}")) == [
+        # with attention every step has its own context, fed by every encoder state ...
+        assert sorted(e.src for e in d.edges_to(f"c{i}") if e.kind == "data") == [
             f"ah{j}" for j in range(1, steps + 1)]
-        assert d.edge(f"c{i}", f"as{i}")
+        # ... with weights alpha_ij = softmax_j a(s_{i-1}, h_j): the previous decoder state
+        # (s_0, the initial state, for i = 1) is the query, read by c_i
+        assert [e.src for e in d.edges_to(f"c{i}") if e.kind == "read"] == [f"as{i - 1}"]
+        assert d.node(f"as{i - 1}").role == "query"
+        assert d.edge(f"c{i}", f"as{i}") and d.edge(f"as{i - 1}", f"as{i}")
     assert [e.src for e in d.edges_to("C")] == [f"h{steps}"]
     left, right = d.regions
     assert "C" in left.members and not any(m.startswith("c") for m in left.members)
     assert {f"c{i}" for i in range(1, steps + 1)} <= set(right.members)
+    assert d.node("as0").label == "$s_0$" and "as0" in right.members
     assert D.layout_problems(D.render(d)) == []
 
 
