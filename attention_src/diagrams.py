@@ -95,7 +95,8 @@ def role_colours(role: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Node:
     """A box: ``id`` (unique in its diagram), ``label`` (mathtext allowed, ``\\n`` for lines),
-    ``role`` (one of :data:`ROLES`), centre ``(x, y)`` and size ``(w, h)`` in inches."""
+    ``role`` (one of :data:`ROLES`), centre ``(x, y)`` and size ``(w, h)`` in inches;
+    ``emphasis`` draws its outline twice as thick (what is new, e.g. a cache's newest entry)."""
 
     id: str
     label: str
@@ -104,6 +105,7 @@ class Node:
     y: float
     w: float = 1.5
     h: float = 0.45
+    emphasis: bool = False
 
     def __post_init__(self):
         if not self.id:
@@ -124,10 +126,12 @@ class Node:
 
 @dataclass(frozen=True)
 class Edge:
-    """An arrow from node ``src`` to node ``dst``. ``label``: what it carries (a shape in the
-    notation's symbols), written on ``side`` of the arrow's middle. ``kind``: ``"data"``,
-    ``"residual"`` (drawn out to the right, ``lane`` inches beyond every box between the two,
-    and in) or ``"read"`` (dashed). ``bend``: curvature of a data arrow (0 = straight)."""
+    """An arrow from node ``src`` to node ``dst`` (or to a region with that ``id``: the
+    arrow then ends on the region's dashed border, e.g. a query reading a whole row).
+    ``label``: what it carries (a shape in the notation's symbols), written on ``side`` of
+    the arrow's middle. ``kind``: ``"data"``, ``"residual"`` (drawn out to the right,
+    ``lane`` inches beyond every box between the two, and in) or ``"read"`` (dashed).
+    ``bend``: curvature of a data arrow (0 = straight)."""
 
     src: str
     dst: str
@@ -151,13 +155,14 @@ class Edge:
 class Region:
     """A dashed rectangle around ``members`` (node ids), ``pad`` inches beyond their boxes,
     with ``label`` written at its top left inside (``label_at="top"``) or outside on its left
-    (``"left"``, right-aligned and vertically centred)."""
+    (``"left"``, right-aligned and vertically centred). An ``id`` lets an edge end on it."""
 
     label: str
     members: tuple[str, ...]
     style: str = "group"
     pad: float = 0.15
     label_at: str = "top"
+    id: str = ""
 
     def __post_init__(self):
         if not self.members:
@@ -204,10 +209,12 @@ class Diagram:
             if node.id in index:
                 duplicates.append(node.id)
             index[node.id] = node
+        targets = {r.id for r in self.regions if r.id}
+        duplicates += sorted(targets & set(index))
         if duplicates:
             raise ValueError(f"diagram {self.name!r}: duplicate node ids {sorted(duplicates)}")
         unknown = [f"{e.src} -> {e.dst}" for e in self.edges
-                   if e.src not in index or e.dst not in index]
+                   if e.src not in index or e.dst not in set(index) | targets]
         if unknown:
             raise ValueError(f"diagram {self.name!r}: edges name unknown nodes: {unknown}")
         for region in self.regions:
@@ -237,6 +244,16 @@ class Diagram:
             raise KeyError(f"diagram {self.name!r} has no node {node_id!r}")
         return self._index[node_id]
 
+    def target(self, target_id: str) -> Node:
+        """The node ``target_id``, or for a region with that id a stand-in box (role
+        ``"input"``, no label) the size of its dashed border, where an arrow ends."""
+        for region in self.regions:
+            if region.id and region.id == target_id:
+                x0, y0, x1, y1 = _region_box(self, region)
+                return Node(target_id, "", "input", (x0 + x1) / 2, (y0 + y1) / 2,
+                            w=x1 - x0, h=y1 - y0)
+        return self.node(target_id)
+
     def edges_from(self, node_id: str) -> list[Edge]:
         return [e for e in self.edges if e.src == node_id]
 
@@ -261,7 +278,7 @@ class Diagram:
         """Every text the diagram draws: node, edge and region labels."""
         return ([n.label for n in self.nodes if n.label]
                 + [e.label for e in self.edges if e.label]
-                + [r.label for r in self.regions])
+                + [r.label for r in self.regions if r.label])
 
 
 # ------------------------------------------------------------------------------------------
@@ -313,9 +330,10 @@ def render(diagram: Diagram) -> Figure:
     ax.set_ylim(0, diagram.height)
     ax.set_axis_off()
     artists = {"nodes": {}, "edge_labels": [], "region_labels": []}
+    patches = {}
     for region in diagram.regions:
         x0, y0, x1, y1 = _region_box(diagram, region)
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
+        patches[region.id] = ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
                                linestyle="--" if region.style == "group" else ":",
                                linewidth=1.2 if region.style == "group" else 1.8,
                                edgecolor=OKABE_ITO["black"], zorder=1))
@@ -324,7 +342,6 @@ def render(diagram: Diagram) -> Figure:
                             else (x0 - 0.1, (y0 + y1) / 2, "right", "center"))
             artists["region_labels"].append(
                 ax.text(x, y, region.label, ha=ha, va=va, fontsize=REGION_FONTSIZE, zorder=4))
-    patches = {}
     for node in diagram.nodes:
         edge, face = role_colours(node.role)
         hatch = ROLE_STYLE[node.role][2]
@@ -332,7 +349,8 @@ def render(diagram: Diagram) -> Figure:
                              boxstyle=("round,pad=0,rounding_size=0.06"
                                        if min(node.w, node.h) >= 0.4 else "square,pad=0"),
                              facecolor=face,
-                             edgecolor=edge, linewidth=2.0, hatch=hatch or None, zorder=3)
+                             edgecolor=edge, linewidth=4.0 if node.emphasis else 2.0,
+                             hatch=hatch or None, zorder=3)
         ax.add_patch(box)
         text = ax.text(node.x, node.y, node.label, ha="center", va="center",
                        fontsize=NODE_FONTSIZE, zorder=5,
@@ -341,7 +359,7 @@ def render(diagram: Diagram) -> Figure:
         patches[node.id] = box
         artists["nodes"][node.id] = (box, text)
     for e in diagram.edges:
-        a, b = diagram.node(e.src), diagram.node(e.dst)
+        a, b = diagram.node(e.src), diagram.target(e.dst)
         style = {"arrowstyle": "-|>", "mutation_scale": 14, "linewidth": 1.6,
                  "color": OKABE_ITO["black"], "zorder": 2}
         if e.kind == "residual":
@@ -798,30 +816,40 @@ def flash_tiling() -> Diagram:
 
 
 def kv_cache_growth(steps: int = 4) -> Diagram:
-    """Chapter 9: the KV cache during decoding. At step t the new token's query q_t attends
-    to the cached keys and values of every step so far: the cache grows by one key and one
-    value a step (row t holds t of each) and nothing cached is recomputed."""
+    """Chapter 9: the KV cache during decoding, positions numbered from 0 as the chapter
+    does. Each step ``t`` (0 to ``steps - 1``) is one row: the new token's query q_t reads
+    the whole cache, the keys k_0..k_t (one arrow to the key row) and the values v_0..v_t
+    (one arrow to the value row); the cache grows by one key and one value a step, the
+    newest (k_t, v_t) drawn with a thick outline, and nothing cached is recomputed or moved."""
     if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= 5:
         raise ValueError(f"steps must be an int from 2 to 5 (rows that fit), got {steps!r}")
-    cell, gap = 0.44, 0.78
-    k_x, v_x = 1.2, 1.2 + cell * steps + 0.35
-    nodes, edges = [], []
-    for t in range(1, steps + 1):
-        y = 0.45 + gap * (steps - t)
-        nodes.append(Node(f"q{t}", f"$q_{t}$", "query", 0.45, y, w=0.5))
-        for j in range(1, t + 1):
-            nodes.append(Node(f"k{t}_{j}", f"$k_{j}$", "key", k_x + cell * (j - 1), y,
-                              w=cell - 0.06))
-            nodes.append(Node(f"v{t}_{j}", f"$v_{j}$", "value", v_x + cell * (j - 1), y,
-                              w=cell - 0.06))
-        edges.append(Edge(f"q{t}", f"k{t}_1"))
-    alt = (f"Diagram: the KV cache over {steps} decoding steps. At step t the new query q_t "
-           "attends to the keys k_1 to k_t and values v_1 to v_t: one new key and one new "
-           "value are appended each step and the cached ones are reused, not recomputed, so "
-           "the cache grows linearly with the number of generated tokens.")
-    height = 0.45 + gap * (steps - 1) + 0.45
-    return Diagram("kv_cache_growth", tuple(nodes), tuple(edges), alt=alt,
-                   height=round(height, 2))
+    cell, pitch, sub = 0.5, 1.0, 0.24
+    k_x = 1.75
+    nodes, edges, regions = [], [], []
+    for t in range(steps):
+        y = 0.55 + pitch * (steps - 1 - t)
+        nodes.append(Node(f"q{t}", f"$q_{t}$", "query", 0.6, y, w=0.55))
+        for j in range(t + 1):
+            x, new = k_x + cell * j, j == t
+            nodes.append(Node(f"k{t}_{j}", f"$k_{j}$", "key", x, y + sub, w=cell - 0.06,
+                              h=0.34, emphasis=new))
+            nodes.append(Node(f"v{t}_{j}", f"$v_{j}$", "value", x, y - sub, w=cell - 0.06,
+                              h=0.34, emphasis=new))
+        for kind in "kv":
+            regions.append(Region("", tuple(f"{kind}{t}_{j}" for j in range(t + 1)),
+                                  pad=0.05, id=f"{kind.upper()}{t}"))
+            edges.append(Edge(f"q{t}", f"{kind.upper()}{t}", kind="read"))
+    top = 0.55 + pitch * (steps - 1) + sub + 0.17 + 0.05
+    regions.append(Region("thick outline: new", tuple(n.id for n in nodes),
+                          style="repeat", pad=0.12))
+    alt = (f"Diagram: the KV cache over {steps} decoding steps, positions numbered from 0. At "
+           "step t the new query q_t reads the whole cache, the keys k_0 to k_t and the "
+           "values v_0 to v_t (one arrow to the row of keys, one to the row of values). "
+           "Only k_t and v_t, drawn with a thick outline, are new: one key and one value "
+           "are appended each step and the cached ones are reused where they are, not "
+           "recomputed, so the cache grows linearly with the number of generated tokens.")
+    return Diagram("kv_cache_growth", tuple(nodes), tuple(edges), tuple(regions), alt=alt,
+                   height=round(top + 0.55, 2))
 
 
 def node_neighbourhood() -> Diagram:

@@ -42,7 +42,8 @@ ALT_NAMES = {
     "band_window": ["band window", "|i - j| < 2", "at most 3 keys", "masked"],
     "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m", "sum s",
                      "accumulator u", "o_i = u / s", "written back", "never stored"],
-    "kv_cache_growth": ["kv cache", "q_t", "k_1 to k_t", "appended", "not recomputed"],
+    "kv_cache_growth": ["kv cache", "numbered from 0", "q_t", "k_0 to k_t", "v_0 to v_t",
+                        "whole cache", "thick outline", "appended", "not recomputed"],
     "receptive_fields": ["causal convolutions", "all 5 inputs, the first through 2 layers",
                          "recurrent chain",
                          "through 5 steps", "self-attention", "every input directly"],
@@ -156,14 +157,17 @@ def test_every_alt_text_starts_with_diagram_and_names_what_is_drawn(built):
 def test_every_edge_joins_existing_nodes_and_every_node_is_connected(built):
     for name, diagram in built.items():
         ids = {n.id for n in diagram.nodes}
+        targets = ids | {r.id for r in diagram.regions if r.id}
         for e in diagram.edges:
-            assert e.src in ids and e.dst in ids, (name, e)
+            assert e.src in ids and e.dst in targets, (name, e)
         if name == "band_window":  # a grid of cells, no arrows
             assert not diagram.edges
             continue
         touched = {e.src for e in diagram.edges} | {e.dst for e in diagram.edges}
-        if name == "kv_cache_growth":  # the cached keys and values sit beside the query
-            touched |= {n.id for n in diagram.nodes if n.id[0] in "kv"}
+        for region in diagram.regions:  # an arrow to a region reaches each of its boxes
+            if region.id in touched:
+                touched |= set(region.members) - {region.id}
+        touched -= {r.id for r in diagram.regions}
         assert touched == ids, (name, ids - touched)
 
 
@@ -416,18 +420,48 @@ def test_flash_tiling_loads_blocks_into_sram_and_writes_the_output_once():
 def test_kv_cache_grows_by_one_key_and_value_a_step_and_keeps_the_old_ones(steps):
     d = D.kv_cache_growth(steps)
     ids = {n.id for n in d.nodes}
-    for t in range(1, steps + 1):
-        keys = [d.node(f"k{t}_{j}") for j in range(1, t + 1)]
-        values = [d.node(f"v{t}_{j}") for j in range(1, t + 1)]
-        assert f"k{t}_{t + 1}" not in ids and f"v{t}_{t + 1}" not in ids  # exactly t
-        assert [k.label for k in keys] == [f"$k_{j}$" for j in range(1, t + 1)]
+    regions = {r.id: r for r in d.regions if r.id}
+    for t in range(steps):  # positions from 0, as chapter 9 numbers them
+        keys = [d.node(f"k{t}_{j}") for j in range(t + 1)]
+        values = [d.node(f"v{t}_{j}") for j in range(t + 1)]
+        assert f"k{t}_{t + 1}" not in ids and f"v{t}_{t + 1}" not in ids  # exactly t + 1
+        assert [k.label for k in keys] == [f"$k_{j}$" for j in range(t + 1)]
+        assert [v.label for v in values] == [f"$v_{j}$" for j in range(t + 1)]
         assert {k.role for k in keys} == {"key"} and {v.role for v in values} == {"value"}
-        assert d.node(f"q{t}").role == "query" and d.edge(f"q{t}", f"k{t}_1")
-        if t > 1:  # the cache of step t - 1 is kept in place; the new entry goes on the end
-            for j in range(1, t):
+        # only the newest key and value, k_t and v_t, are marked new
+        assert [k.emphasis for k in keys] == [False] * t + [True]
+        assert [v.emphasis for v in values] == [False] * t + [True]
+        # q_t reads the whole cache: one arrow to the row of all keys, one to all values
+        assert d.node(f"q{t}").label == f"$q_{t}$" and d.node(f"q{t}").role == "query"
+        assert sorted(e.dst for e in d.edges_from(f"q{t}")) == [f"K{t}", f"V{t}"]
+        assert {e.kind for e in d.edges_from(f"q{t}")} == {"read"}
+        assert regions[f"K{t}"].members == tuple(k.id for k in keys)
+        assert regions[f"V{t}"].members == tuple(v.id for v in values)
+        if t > 0:  # the cache of step t - 1 is kept in place; the new entry goes on the end
+            for j in range(t):
                 assert d.node(f"k{t}_{j}").x == d.node(f"k{t - 1}_{j}").x
             assert keys[-1].x > keys[-2].x
+    fig = D.render(d)
+    assert D.layout_problems(fig) == []
+    widths = {n.id: b.get_linewidth() for n, (b, _) in zip(
+        d.nodes, fig.diagram_artists["nodes"].values(), strict=True)}
+    assert widths[f"k{steps - 1}_{steps - 1}"] > widths["k1_0"] == widths["q0"]
+
+
+def test_an_edge_to_a_region_ends_on_its_border():
+    nodes = (D.Node("q", "q", "query", 0.5, 1.0, w=0.6),
+             D.Node("a", "a", "key", 2.0, 1.0, w=0.6), D.Node("b", "b", "key", 3.0, 1.0, w=0.6))
+    d = D.Diagram("t", nodes, (D.Edge("q", "row"),),
+                  (D.Region("", ("a", "b"), pad=0.1, id="row"),), alt=ALT, width=4, height=2)
+    row = d.target("row")  # a stand-in box the size of the border
+    assert (row.x, row.y, row.w, row.h) == pytest.approx((2.5, 1.0, 1.8, 0.65))
+    assert d.target("a") == d.node("a")
     assert D.layout_problems(D.render(d)) == []
+    with pytest.raises(ValueError, match=r"duplicate node ids \['a'\]"):
+        D.Diagram("t", nodes, (), (D.Region("", ("b",), id="a"),), alt=ALT, width=4)
+    with pytest.raises(ValueError, match="edges name unknown nodes: \\['q -> rows'\\]"):
+        D.Diagram("t", nodes, (D.Edge("q", "rows"),),
+                  (D.Region("", ("a",), id="row"),), alt=ALT, width=4)
 
 
 def test_kv_cache_refuses_steps_that_do_not_fit():
