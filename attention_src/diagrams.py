@@ -771,11 +771,13 @@ def band_window(length: int = 8, window: int = 2, causal: bool = False) -> Diagr
 
 
 def flash_tiling() -> Diagram:
-    """Chapter 9: FlashAttention's tiling, in the chapter's notation. Q, K, V and O stay in
-    slow, large memory (HBM); one block Q_I and, in turn, each block K_J, V_J are loaded
-    into fast, small memory (SRAM), where the block of scores S_IJ updates the running
-    maximum m and sum s (one number per query) and the rescaled accumulator U; the output
-    block O_I = U / s is written back once, after the last key block."""
+    """Chapter 9: FlashAttention's tiling, in the chapter's notation and FlashAttention-2's
+    loop order: the query block is the outer loop, so O_I is written once. Q, K, V and O
+    stay in slow, large memory (HBM); one block Q_I and, in turn, each block K_J, V_J are
+    loaded into fast, small memory (SRAM), where the block of scores S_IJ updates the
+    running maximum m and sum s (one number per query) and, as P = e^{S - m}, the rescaled
+    accumulator U (U += P V_J); the output block O_I = U / s is written back once, after the
+    last key block."""
     hbm_x, tile_x, op_x = 0.75, 3.0, 4.72
     nodes = (
         Node("Q", "$Q$", "query", hbm_x, 3.25, w=0.9),
@@ -787,8 +789,8 @@ def flash_tiling() -> Diagram:
         Node("Vj", "$V_J$", "value", tile_x, 1.65, w=0.8),
         Node("S", r"$S_{IJ} = Q_I K_J^\top\, d_k^{-1/2}$", "weights", op_x, 2.85, w=1.9,
              h=0.5),
-        Node("stats", "running\n$m$, $s$", "memory", op_x, 1.85, w=1.2, h=0.6),
-        Node("Oi", "$U$,\nrescaled", "output", tile_x, 0.55, w=0.95, h=0.6),
+        Node("stats", "running\n$m$, $s$", "memory", 5.25, 1.7, w=0.8, h=0.6),
+        Node("Oi", "$U$,\nrescaled", "output", op_x, 0.55, w=0.95, h=0.6),
     )
     edges = (
         Edge("Q", "Qi", "block $I$", kind="read", side="above"),
@@ -797,21 +799,23 @@ def flash_tiling() -> Diagram:
         Edge("Qi", "S"),
         Edge("Kj", "S"),
         Edge("S", "stats"),
+        Edge("S", "Oi", "$P = e^{S - m}$", side="left"),
         Edge("stats", "Oi"),
         Edge("Vj", "Oi"),
         Edge("Oi", "O", "once:\n$O_I = U/s$", side="above"),
     )
     regions = (
         Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
-        Region("SRAM: one tile, each $J$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
+        Region("SRAM: one $Q_I$, each $J$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
                pad=0.12),
     )
-    alt = ("Diagram: FlashAttention's tiling. Q, K, V and the output O stay in the slow, large "
-           "HBM; a block Q_I and, one after another, each block K_J and V_J are loaded into "
-           "the fast, small SRAM, where the block of scores S_IJ updates the running maximum "
-           "m and sum s (one number per query) and the rescaled accumulator U; the output "
-           "block O_I = U / s is written back to HBM once. The full L_q by L_k score matrix "
-           "is never stored.")
+    alt = ("Diagram: FlashAttention's tiling, in FlashAttention-2's loop order (the query "
+           "block outside, each output block written once). Q, K, V and the output O stay "
+           "in the slow, large HBM; a block Q_I and, one after another, each block K_J and "
+           "V_J are loaded into the fast, small SRAM, where the block of scores S_IJ updates "
+           "the running maximum m and sum s (one number per query) and, as P = e^(S - m) "
+           "times V_J, the rescaled accumulator U; the output block O_I = U / s is written "
+           "back to HBM once. The full L_q by L_k score matrix is never stored.")
     return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=3.95)
 
 

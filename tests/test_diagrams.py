@@ -41,7 +41,9 @@ ALT_NAMES = {
                             "weights of c_i depend on the previous decoder state s_{i-1}"],
     "band_window": ["band window", "|i - j| < 2", "at most 3 keys", "masked"],
     "flash_tiling": ["hbm", "sram", "q_i", "k_j", "v_j", "running maximum m", "sum s",
-                     "accumulator u", "o_i = u / s", "written back", "never stored"],
+                     "accumulator u", "o_i = u / s", "written back", "never stored",
+                     "flashattention-2's loop order", "query block outside",
+                     "written once", "p = e^(s - m)"],
     "kv_cache_growth": ["kv cache", "numbered from 0", "q_t", "k_0 to k_t", "v_0 to v_t",
                         "whole cache", "thick outline", "appended", "not recomputed"],
     "receptive_fields": ["causal convolutions", "all 5 inputs, the first through 2 layers",
@@ -407,6 +409,9 @@ def test_flash_tiling_loads_blocks_into_sram_and_writes_the_output_once():
     _data_path(d, ["Qi", "S", "stats", "Oi"])
     _data_path(d, ["Kj", "S"])
     _data_path(d, ["Vj", "Oi"])
+    # the scores reach the accumulator as P = e^{S - m}: U += P V_J
+    assert d.edge("S", "Oi").kind == "data" and d.edge("S", "Oi").label == "$P = e^{S - m}$"
+    assert "FlashAttention-2" in D.flash_tiling.__doc__
     assert d.edges_to("O") == [d.edge("Oi", "O")]  # the only write to HBM
     # chapter 9's letters: blocks I and J, running maximum m and sum s, accumulator U
     assert [d.node(n).label for n in ("Qi", "Kj", "Vj")] == ["$Q_I$", "$K_J$", "$V_J$"]
