@@ -73,8 +73,8 @@ REGION_STYLES = ("group", "repeat")
 LABEL_SIDES = ("right", "left", "above", "below", "on")
 
 NODE_FONTSIZE = 13
-EDGE_FONTSIZE = 12
-REGION_FONTSIZE = 12
+EDGE_FONTSIZE = 14
+REGION_FONTSIZE = 13
 
 
 def _fill(colour: str, strength: float) -> str:
@@ -95,7 +95,8 @@ def role_colours(role: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Node:
     """A box: ``id`` (unique in its diagram), ``label`` (mathtext allowed, ``\\n`` for lines),
-    ``role`` (one of :data:`ROLES`), centre ``(x, y)`` and size ``(w, h)`` in inches."""
+    ``role`` (one of :data:`ROLES`), centre ``(x, y)`` and size ``(w, h)`` in inches;
+    ``emphasis`` draws its outline twice as thick (what is new, e.g. a cache's newest entry)."""
 
     id: str
     label: str
@@ -104,6 +105,7 @@ class Node:
     y: float
     w: float = 1.5
     h: float = 0.45
+    emphasis: bool = False
 
     def __post_init__(self):
         if not self.id:
@@ -124,10 +126,12 @@ class Node:
 
 @dataclass(frozen=True)
 class Edge:
-    """An arrow from node ``src`` to node ``dst``. ``label``: what it carries (a shape in the
-    notation's symbols), written on ``side`` of the arrow's middle. ``kind``: ``"data"``,
-    ``"residual"`` (drawn out to the right, ``lane`` inches beyond every box between the two,
-    and in) or ``"read"`` (dashed). ``bend``: curvature of a data arrow (0 = straight)."""
+    """An arrow from node ``src`` to node ``dst`` (or to a region with that ``id``: the
+    arrow then ends on the region's dashed border, e.g. a query reading a whole row).
+    ``label``: what it carries (a shape in the notation's symbols), written on ``side`` of
+    the arrow's middle. ``kind``: ``"data"``, ``"residual"`` (drawn out to the right,
+    ``lane`` inches beyond every box between the two, and in) or ``"read"`` (dashed).
+    ``bend``: curvature of a data arrow (0 = straight)."""
 
     src: str
     dst: str
@@ -151,13 +155,14 @@ class Edge:
 class Region:
     """A dashed rectangle around ``members`` (node ids), ``pad`` inches beyond their boxes,
     with ``label`` written at its top left inside (``label_at="top"``) or outside on its left
-    (``"left"``, right-aligned and vertically centred)."""
+    (``"left"``, right-aligned and vertically centred). An ``id`` lets an edge end on it."""
 
     label: str
     members: tuple[str, ...]
     style: str = "group"
     pad: float = 0.15
     label_at: str = "top"
+    id: str = ""
 
     def __post_init__(self):
         if not self.members:
@@ -204,10 +209,12 @@ class Diagram:
             if node.id in index:
                 duplicates.append(node.id)
             index[node.id] = node
+        targets = {r.id for r in self.regions if r.id}
+        duplicates += sorted(targets & set(index))
         if duplicates:
             raise ValueError(f"diagram {self.name!r}: duplicate node ids {sorted(duplicates)}")
         unknown = [f"{e.src} -> {e.dst}" for e in self.edges
-                   if e.src not in index or e.dst not in index]
+                   if e.src not in index or e.dst not in set(index) | targets]
         if unknown:
             raise ValueError(f"diagram {self.name!r}: edges name unknown nodes: {unknown}")
         for region in self.regions:
@@ -237,6 +244,16 @@ class Diagram:
             raise KeyError(f"diagram {self.name!r} has no node {node_id!r}")
         return self._index[node_id]
 
+    def target(self, target_id: str) -> Node:
+        """The node ``target_id``, or for a region with that id a stand-in box (role
+        ``"input"``, no label) the size of its dashed border, where an arrow ends."""
+        for region in self.regions:
+            if region.id and region.id == target_id:
+                x0, y0, x1, y1 = _region_box(self, region)
+                return Node(target_id, "", "input", (x0 + x1) / 2, (y0 + y1) / 2,
+                            w=x1 - x0, h=y1 - y0)
+        return self.node(target_id)
+
     def edges_from(self, node_id: str) -> list[Edge]:
         return [e for e in self.edges if e.src == node_id]
 
@@ -261,7 +278,7 @@ class Diagram:
         """Every text the diagram draws: node, edge and region labels."""
         return ([n.label for n in self.nodes if n.label]
                 + [e.label for e in self.edges if e.label]
-                + [r.label for r in self.regions])
+                + [r.label for r in self.regions if r.label])
 
 
 # ------------------------------------------------------------------------------------------
@@ -298,9 +315,10 @@ def _exit(node: Node, dx: float, dy: float) -> float:
 def render(diagram: Diagram) -> Figure:
     """Draw ``diagram`` as a matplotlib Figure, ``diagram.width`` x ``diagram.height`` inches.
 
-    The Figure is made without pyplot (nothing is shown or kept open by it). Node labels are
-    13 pt, edge and region labels 12 pt (mathtext sub- and superscripts at matplotlib's usual
-    fraction of that). The artists are kept in ``fig.diagram_artists`` (``"nodes"``: id ->
+    The Figure is made without pyplot (nothing is shown or kept open by it). Node and region
+    labels are 13 pt, edge labels 14 pt (mathtext sub- and superscripts at matplotlib's usual
+    0.7 of that, about 10 pt: 7 px tall on a phone, where the book's 5.8 in width is shown
+    358 px wide). The artists are kept in ``fig.diagram_artists`` (``"nodes"``: id ->
     ``(box, text)``, ``"edge_labels"``, ``"region_labels"``) for :func:`layout_problems`.
     """
     if not isinstance(diagram, Diagram):
@@ -312,9 +330,10 @@ def render(diagram: Diagram) -> Figure:
     ax.set_ylim(0, diagram.height)
     ax.set_axis_off()
     artists = {"nodes": {}, "edge_labels": [], "region_labels": []}
+    patches = {}
     for region in diagram.regions:
         x0, y0, x1, y1 = _region_box(diagram, region)
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
+        patches[region.id] = ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
                                linestyle="--" if region.style == "group" else ":",
                                linewidth=1.2 if region.style == "group" else 1.8,
                                edgecolor=OKABE_ITO["black"], zorder=1))
@@ -323,7 +342,6 @@ def render(diagram: Diagram) -> Figure:
                             else (x0 - 0.1, (y0 + y1) / 2, "right", "center"))
             artists["region_labels"].append(
                 ax.text(x, y, region.label, ha=ha, va=va, fontsize=REGION_FONTSIZE, zorder=4))
-    patches = {}
     for node in diagram.nodes:
         edge, face = role_colours(node.role)
         hatch = ROLE_STYLE[node.role][2]
@@ -331,7 +349,8 @@ def render(diagram: Diagram) -> Figure:
                              boxstyle=("round,pad=0,rounding_size=0.06"
                                        if min(node.w, node.h) >= 0.4 else "square,pad=0"),
                              facecolor=face,
-                             edgecolor=edge, linewidth=2.0, hatch=hatch or None, zorder=3)
+                             edgecolor=edge, linewidth=4.0 if node.emphasis else 2.0,
+                             hatch=hatch or None, zorder=3)
         ax.add_patch(box)
         text = ax.text(node.x, node.y, node.label, ha="center", va="center",
                        fontsize=NODE_FONTSIZE, zorder=5,
@@ -340,7 +359,7 @@ def render(diagram: Diagram) -> Figure:
         patches[node.id] = box
         artists["nodes"][node.id] = (box, text)
     for e in diagram.edges:
-        a, b = diagram.node(e.src), diagram.node(e.dst)
+        a, b = diagram.node(e.src), diagram.target(e.dst)
         style = {"arrowstyle": "-|>", "mutation_scale": 14, "linewidth": 1.6,
                  "color": OKABE_ITO["black"], "zorder": 2}
         if e.kind == "residual":
@@ -661,11 +680,16 @@ def soft_lookup(n_pairs: int = 3) -> Diagram:
 def rnn_encoder_decoder(steps: int = 3) -> Diagram:
     """Chapter 1: the RNN encoder-decoder with one fixed context vector C (left panel)
     against one context c_i per output step with attention (right panel): encoder states
-    h_j at the bottom, decoder states s_i at the top; ``steps`` input and output steps."""
+    h_j at the bottom, decoder states s_i at the top; ``steps`` input and output steps.
+
+    With attention (Bahdanau et al.), the weights of c_i are
+    alpha_ij = softmax_j a(s_{i-1}, h_j): the previous decoder state s_{i-1} is the query,
+    so a dashed "read" arrow runs from s_{i-1} to c_i (from the initial state s_0 for
+    i = 1), beside the arrows from every h_j."""
     if steps not in (2, 3):
         raise ValueError(f"steps must be 2 or 3 (boxes that fit the width), got {steps}")
-    left = [0.55 + 0.8 * j for j in range(steps)]
-    right = [3.65 + 0.8 * j for j in range(steps)]
+    left = [0.45 + 0.75 * j for j in range(steps)]
+    right = [3.7 + 0.75 * j for j in range(steps)]
     y_h, y_c, y_s = 0.45, 1.5, 2.55
     nodes, edges = [], []
     # left panel: without attention, the last encoder state becomes C
@@ -681,7 +705,9 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
         if i > 1:
             edges.append(Edge(f"s{i - 1}", f"s{i}"))
     n_left = len(nodes)
-    # right panel: with attention, every output step gets its own context
+    # right panel: with attention, every output step gets its own context, whose weights
+    # the previous decoder state (the query) decides: s_0 is the decoder's initial state
+    nodes.append(Node("as0", "$s_0$", "query", right[0] - 0.7, y_s, w=0.55))
     for j, x in enumerate(right, start=1):
         nodes.append(Node(f"ah{j}", f"$h_{j}$", "memory", x, y_h, w=0.55))
         if j > 1:
@@ -690,8 +716,8 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
         nodes.append(Node(f"c{i}", f"$c_{i}$", "output", x, y_c, w=0.55))
         nodes.append(Node(f"as{i}", f"$s_{i}$", "query", x, y_s, w=0.55))
         edges.append(Edge(f"c{i}", f"as{i}"))
-        if i > 1:
-            edges.append(Edge(f"as{i - 1}", f"as{i}"))
+        edges.append(Edge(f"as{i - 1}", f"as{i}"))
+        edges.append(Edge(f"as{i - 1}", f"c{i}", kind="read"))
         for j in range(1, steps + 1):
             edges.append(Edge(f"ah{j}", f"c{i}"))
     regions = (
@@ -701,7 +727,9 @@ def rnn_encoder_decoder(steps: int = 3) -> Diagram:
     alt = ("Diagram: an RNN encoder-decoder two ways. Left, without attention: the encoder "
            "states h_j end in one fixed context vector C that every decoder state s_i reads. "
            "Right, with attention: each output step i gets its own context c_i, a weighted "
-           "sum of all the encoder states h_j, so an arrow runs from every h_j to every c_i.")
+           "sum of all the encoder states h_j, so an arrow runs from every h_j to every c_i. "
+           "The weights of c_i depend on the previous decoder state s_{i-1} (the query; s_0 "
+           "is the initial state), so a dashed arrow runs from s_{i-1} to c_i.")
     return Diagram("rnn_encoder_decoder", tuple(nodes), tuple(edges), regions, alt=alt,
                    height=3.35)
 
@@ -743,11 +771,13 @@ def band_window(length: int = 8, window: int = 2, causal: bool = False) -> Diagr
 
 
 def flash_tiling() -> Diagram:
-    """Chapter 9: FlashAttention's tiling, in the chapter's notation. Q, K, V and O stay in
-    slow, large memory (HBM); one block Q_I and, in turn, each block K_J, V_J are loaded
-    into fast, small memory (SRAM), where the block of scores S_IJ updates the running
-    maximum m and sum s (one number per query) and the rescaled accumulator U; the output
-    block O_I = U / s is written back once, after the last key block."""
+    """Chapter 9: FlashAttention's tiling, in the chapter's notation and FlashAttention-2's
+    loop order: the query block is the outer loop, so O_I is written once. Q, K, V and O
+    stay in slow, large memory (HBM); one block Q_I and, in turn, each block K_J, V_J are
+    loaded into fast, small memory (SRAM), where the block of scores S_IJ updates the
+    running maximum m and sum s (one number per query) and, as P = e^{S - m}, the rescaled
+    accumulator U (U += P V_J); the output block O_I = U / s is written back once, after the
+    last key block."""
     hbm_x, tile_x, op_x = 0.75, 3.0, 4.72
     nodes = (
         Node("Q", "$Q$", "query", hbm_x, 3.25, w=0.9),
@@ -759,8 +789,8 @@ def flash_tiling() -> Diagram:
         Node("Vj", "$V_J$", "value", tile_x, 1.65, w=0.8),
         Node("S", r"$S_{IJ} = Q_I K_J^\top\, d_k^{-1/2}$", "weights", op_x, 2.85, w=1.9,
              h=0.5),
-        Node("stats", "running\n$m$, $s$", "memory", op_x, 1.85, w=1.2, h=0.6),
-        Node("Oi", "$U$,\nrescaled", "output", tile_x, 0.55, w=0.95, h=0.6),
+        Node("stats", "running\n$m$, $s$", "memory", 5.25, 1.7, w=0.8, h=0.6),
+        Node("Oi", "$U$,\nrescaled", "output", op_x, 0.55, w=0.95, h=0.6),
     )
     edges = (
         Edge("Q", "Qi", "block $I$", kind="read", side="above"),
@@ -769,49 +799,61 @@ def flash_tiling() -> Diagram:
         Edge("Qi", "S"),
         Edge("Kj", "S"),
         Edge("S", "stats"),
+        Edge("S", "Oi", "$P = e^{S - m}$", side="left"),
         Edge("stats", "Oi"),
         Edge("Vj", "Oi"),
         Edge("Oi", "O", "once:\n$O_I = U/s$", side="above"),
     )
     regions = (
         Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
-        Region("SRAM: one tile, each $J$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
+        Region("SRAM: one $Q_I$, each $J$ in turn", ("Qi", "Kj", "Vj", "S", "stats", "Oi"),
                pad=0.12),
     )
-    alt = ("Diagram: FlashAttention's tiling. Q, K, V and the output O stay in the slow, large "
-           "HBM; a block Q_I and, one after another, each block K_J and V_J are loaded into "
-           "the fast, small SRAM, where the block of scores S_IJ updates the running maximum "
-           "m and sum s (one number per query) and the rescaled accumulator U; the output "
-           "block O_I = U / s is written back to HBM once. The full L_q by L_k score matrix "
-           "is never stored.")
+    alt = ("Diagram: FlashAttention's tiling, in FlashAttention-2's loop order (the query "
+           "block outside, each output block written once). Q, K, V and the output O stay "
+           "in the slow, large HBM; a block Q_I and, one after another, each block K_J and "
+           "V_J are loaded into the fast, small SRAM, where the block of scores S_IJ updates "
+           "the running maximum m and sum s (one number per query) and, as P = e^(S - m) "
+           "times V_J, the rescaled accumulator U; the output block O_I = U / s is written "
+           "back to HBM once. The full L_q by L_k score matrix is never stored.")
     return Diagram("flash_tiling", nodes, edges, regions, alt=alt, height=3.95)
 
 
 def kv_cache_growth(steps: int = 4) -> Diagram:
-    """Chapter 9: the KV cache during decoding. At step t the new token's query q_t attends
-    to the cached keys and values of every step so far: the cache grows by one key and one
-    value a step (row t holds t of each) and nothing cached is recomputed."""
+    """Chapter 9: the KV cache during decoding, positions numbered from 0 as the chapter
+    does. Each step ``t`` (0 to ``steps - 1``) is one row: the new token's query q_t reads
+    the whole cache, the keys k_0..k_t (one arrow to the key row) and the values v_0..v_t
+    (one arrow to the value row); the cache grows by one key and one value a step, the
+    newest (k_t, v_t) drawn with a thick outline, and nothing cached is recomputed or moved."""
     if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= 5:
         raise ValueError(f"steps must be an int from 2 to 5 (rows that fit), got {steps!r}")
-    cell, gap = 0.44, 0.78
-    k_x, v_x = 1.2, 1.2 + cell * steps + 0.35
-    nodes, edges = [], []
-    for t in range(1, steps + 1):
-        y = 0.45 + gap * (steps - t)
-        nodes.append(Node(f"q{t}", f"$q_{t}$", "query", 0.45, y, w=0.5))
-        for j in range(1, t + 1):
-            nodes.append(Node(f"k{t}_{j}", f"$k_{j}$", "key", k_x + cell * (j - 1), y,
-                              w=cell - 0.06))
-            nodes.append(Node(f"v{t}_{j}", f"$v_{j}$", "value", v_x + cell * (j - 1), y,
-                              w=cell - 0.06))
-        edges.append(Edge(f"q{t}", f"k{t}_1"))
-    alt = (f"Diagram: the KV cache over {steps} decoding steps. At step t the new query q_t "
-           "attends to the keys k_1 to k_t and values v_1 to v_t: one new key and one new "
-           "value are appended each step and the cached ones are reused, not recomputed, so "
-           "the cache grows linearly with the number of generated tokens.")
-    height = 0.45 + gap * (steps - 1) + 0.45
-    return Diagram("kv_cache_growth", tuple(nodes), tuple(edges), alt=alt,
-                   height=round(height, 2))
+    cell, pitch, sub = 0.5, 1.0, 0.24
+    k_x = 1.75
+    nodes, edges, regions = [], [], []
+    for t in range(steps):
+        y = 0.55 + pitch * (steps - 1 - t)
+        nodes.append(Node(f"q{t}", f"$q_{t}$", "query", 0.6, y, w=0.55))
+        for j in range(t + 1):
+            x, new = k_x + cell * j, j == t
+            nodes.append(Node(f"k{t}_{j}", f"$k_{j}$", "key", x, y + sub, w=cell - 0.06,
+                              h=0.34, emphasis=new))
+            nodes.append(Node(f"v{t}_{j}", f"$v_{j}$", "value", x, y - sub, w=cell - 0.06,
+                              h=0.34, emphasis=new))
+        for kind in "kv":
+            regions.append(Region("", tuple(f"{kind}{t}_{j}" for j in range(t + 1)),
+                                  pad=0.05, id=f"{kind.upper()}{t}"))
+            edges.append(Edge(f"q{t}", f"{kind.upper()}{t}", kind="read"))
+    top = 0.55 + pitch * (steps - 1) + sub + 0.17 + 0.05
+    regions.append(Region("thick outline: new", tuple(n.id for n in nodes),
+                          style="repeat", pad=0.12))
+    alt = (f"Diagram: the KV cache over {steps} decoding steps, positions numbered from 0. At "
+           "step t the new query q_t reads the whole cache, the keys k_0 to k_t and the "
+           "values v_0 to v_t (one arrow to the row of keys, one to the row of values). "
+           "Only k_t and v_t, drawn with a thick outline, are new: one key and one value "
+           "are appended each step and the cached ones are reused where they are, not "
+           "recomputed, so the cache grows linearly with the number of generated tokens.")
+    return Diagram("kv_cache_growth", tuple(nodes), tuple(edges), tuple(regions), alt=alt,
+                   height=round(top + 0.55, 2))
 
 
 def node_neighbourhood() -> Diagram:
