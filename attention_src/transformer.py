@@ -378,10 +378,11 @@ def _check_padding(name: str, padding: torch.Tensor | None, tokens: torch.Tensor
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of Vaswani et al. (2017), from the book's blocks.
 
-    ``src: (B, S)`` token ids -> embeddings ``(B, S, E)`` scaled by ``sqrt(E)`` plus the
-    sinusoidal positions, then dropout -> ``num_layers`` :class:`EncoderBlock` -> the
-    *memory* ``(B, S, E)``. ``tgt: (B, T)`` (the output so far, starting with a start token)
-    -> embeddings the same way -> ``num_layers`` :class:`DecoderBlock` (causal
+    ``src: (B, S)`` token ids -> embeddings ``(B, S, E)`` (drawn from ``N(0, 1/E)``) scaled
+    by ``sqrt(E)`` plus the sinusoidal positions, then dropout -> ``num_layers``
+    :class:`EncoderBlock` -> the *memory* ``(B, S, E)``. ``tgt: (B, T)`` (the output so
+    far, starting with a start token) -> embeddings the same way -> ``num_layers``
+    :class:`DecoderBlock` (causal
     self-attention, cross-attention to the memory) -> a linear map to the target vocabulary:
     logits ``(B, T, V_tgt)``. A pre-norm stack (``norm_first=True``) ends each stack with a
     layer norm (its residual stream is never normalised otherwise); a post-norm stack does
@@ -438,6 +439,11 @@ class Transformer(nn.Module):
         self.norm_first, self.max_len = bool(norm_first), max_len
         self.src_embed = nn.Embedding(src_vocab_size, embed_dim)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_dim)
+        # N(0, 1/E), as in Vaswani et al.'s code (tensor2tensor): scaled by sqrt(E) a token
+        # embedding then has unit variance per feature, the scale of the sinusoidal positions.
+        # PyTorch's default N(0, 1) would make it sqrt(E) times larger and drown the positions.
+        for embedding in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(embedding.weight, std=embed_dim ** -0.5)
         # (max_len, E); a buffer, so it follows .to(), but not a parameter
         self.register_buffer("positions", sinusoidal_positional_encoding(max_len, embed_dim),
                              persistent=False)

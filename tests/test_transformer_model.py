@@ -115,6 +115,18 @@ def test_embeddings_are_scaled_and_sinusoidal_positions_added():
         torch.testing.assert_close(x[0, i], expected, atol=1e-12, rtol=0)
 
 
+def test_embeddings_start_at_the_scale_of_the_positions():
+    """Drawn from N(0, 1/E): times sqrt(E), unit variance per feature, like the sinusoidal
+    positions' (PyTorch's default N(0, 1) would give variance E)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Transformer(400, 300, 64, 4, 1, 32)
+    for embedding in (model.src_embed, model.tgt_embed):
+        scaled_var = float((embedding.weight.detach() * math.sqrt(64)).double().var())
+        assert 0.9 < scaled_var < 1.1, scaled_var  # 25,600 draws or more: +-0.03 or so
+    assert 0.4 < float(model.positions.double().var()) < 0.6  # sin and cos: mean square 1/2
+
+
 def test_target_is_causal_and_padded_source_tokens_are_ignored():
     model = _model(norm_first=True)
     src, tgt, src_pad, _ = _batch()
