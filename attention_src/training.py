@@ -73,6 +73,7 @@ def train_seq2seq(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
     lrs: list[float] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[float]:
     """Teacher-forced training with Adam on random mini-batches of ``data``.
 
@@ -84,7 +85,9 @@ def train_seq2seq(
     0.98)``, ``eps=1e-9``). Batches are drawn with a generator seeded by ``seed``, so a run is
     reproducible; they are drawn on the CPU (the same batches on every device) and moved to
     the model's device, so ``data`` may stay on the CPU. The model is called through
-    :func:`seq2seq_logits`.
+    :func:`seq2seq_logits`. ``on_step(t)``, if given, is called after step ``t = 1, 2, ...``
+    (e.g. to measure held-out accuracy during training); the model is put back in training mode
+    after it returns, so it may evaluate.
 
     Returns:
         the loss of every step (a list of ``steps`` floats; the smoothed loss when
@@ -100,6 +103,9 @@ def train_seq2seq(
         raise ValueError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
     if lrs is not None and not isinstance(lrs, list):
         raise TypeError(f"lrs must be a list or None, got {type(lrs).__name__}")
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a function of the step or None, got "
+                        f"{type(on_step).__name__}")
     generator = torch.Generator().manual_seed(seed)
     device = module_device(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
@@ -126,6 +132,9 @@ def train_seq2seq(
         losses.append(loss.item())
         if log_every and (step + 1) % log_every == 0:
             print(f"step {step + 1:5d}  loss {sum(losses[-log_every:]) / log_every:.4f}")
+        if on_step is not None:
+            on_step(step + 1)
+            model.train()
     model.eval()
     return losses
 

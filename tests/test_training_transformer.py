@@ -148,7 +148,29 @@ def test_batched_loss_and_accuracy_equal_one_unpadded_example_at_a_time():
     ({"label_smoothing": 1.0}, ValueError, "label_smoothing must be a number in"),
     ({"label_smoothing": True}, ValueError, "label_smoothing"),
     ({"lrs": ()}, TypeError, "lrs must be a list"),
+    ({"on_step": 3}, TypeError, "on_step must be a function"),
 ])
 def test_bad_training_ingredients_are_named(kwargs, error, match):
     with pytest.raises(error, match=match):
         train_seq2seq(_transformer(), _data(8), steps=1, **kwargs)
+
+
+def test_on_step_sees_every_step_in_order_and_evaluating_in_it_changes_nothing():
+    """A run that evaluates after every step (which puts the model in eval mode) ends with the
+    weights and losses of a run that does not: training mode (dropout on) comes back."""
+    data = _data(32, seed=5)
+    plain, watched = _transformer(7, dropout=0.3), _transformer(7, dropout=0.3)
+    seen = []
+
+    def evaluate(step):
+        seen.append(step)
+        teacher_forced_loss(watched, data)  # leaves the model in eval mode
+        assert not watched.training
+
+    torch.manual_seed(11)
+    expected = train_seq2seq(plain, data, steps=4, batch_size=8, seed=3)
+    torch.manual_seed(11)
+    got = train_seq2seq(watched, data, steps=4, batch_size=8, seed=3, on_step=evaluate)
+    assert seen == [1, 2, 3, 4] and got == expected
+    for (name, p), q in zip(plain.named_parameters(), watched.parameters()):
+        torch.testing.assert_close(p, q, atol=0, rtol=0, msg=name)
