@@ -23,15 +23,33 @@ MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", 
 ISO_OUTPUT_STEPS = {"year": [0, 1, 2, 3], "month": [5, 6], "day": [8, 9]}
 
 
-def date_fields(source: str) -> dict[str, list[int]]:
+def _locale_month_names(locale: str) -> frozenset[str]:
+    """The lower-case month names of ``locale`` (wide and abbreviated, without a final dot),
+    from Babel's CLDR data: the words that name a month in :func:`date_fields`."""
+    from babel import Locale, UnknownLocaleError
+    from babel.dates import get_month_names
+
+    try:
+        Locale.parse(locale)
+    except (UnknownLocaleError, ValueError) as error:
+        raise ValueError(f"unknown locale {locale!r}: {error}") from None
+    return frozenset(name.lower().rstrip(".") for width in ("wide", "abbreviated")
+                     for name in get_month_names(width, locale=locale).values())
+
+
+def date_fields(source: str, locale: str | None = None) -> dict[str, list[int]]:
     """The character positions of the year, month and day in a date written by a person.
 
     Handles the formats of :func:`attention_src.data.date_pairs`: a month written as a name
     (with or without a weekday; the day is the number that is not the year), or
-    ``dd.mm.yyyy``.
+    ``dd.mm.yyyy``. With ``locale`` (e.g. ``"fr_FR"``), the dates of
+    :func:`attention_src.data.multilocale_date_pairs`: a word names the month if it is one of
+    the locale's month names, wide or abbreviated (``"septembre"``, ``"sept"``); other words
+    (weekdays, Spanish "de") belong to no field.
 
     Args:
-        source: a lower-case date, e.g. ``"sunday 19 july 2020"``.
+        source: a lower-case date, e.g. ``"sunday 19 july 2020"``, ``"3 septembre 2026"``.
+        locale: ``None`` (English month names, chapter 2) or a Babel locale name.
 
     Returns:
         ``{"year": [...], "month": [...], "day": [...]}``, each a list of positions in
@@ -43,9 +61,19 @@ def date_fields(source: str) -> dict[str, list[int]]:
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be a str, got {type(source).__name__}")
-    tokens = [(m.group(), range(m.start(), m.end())) for m in re.finditer(r"[a-z]+|\d+", source)]
+    if locale is None:
+        tokens = [(m.group(), range(m.start(), m.end()))
+                  for m in re.finditer(r"[a-z]+|\d+", source)]
+        names = [span for text, span in tokens if text[:3] in MONTHS]
+    else:
+        if not isinstance(locale, str):
+            raise TypeError(f"locale must be a str or None, got {type(locale).__name__}")
+        months = _locale_month_names(locale)
+        # words (any alphabet, accents included) and digit runs
+        tokens = [(m.group(), range(m.start(), m.end()))
+                  for m in re.finditer(r"[^\W\d_]+|\d+", source)]
+        names = [span for text, span in tokens if text in months]
     numbers = [span for text, span in tokens if text.isdigit()]
-    names = [span for text, span in tokens if text[:3] in MONTHS]
     years = [span for text, span in tokens if text.isdigit() and len(text) == 4]
     if len(years) != 1:
         raise ValueError(f"expected one four-digit year in {source!r}, found {len(years)}")
@@ -64,6 +92,7 @@ def field_attention_mass(
     weights: torch.Tensor,
     sources: Sequence[str],
     output_steps: Mapping[str, Sequence[int]] = ISO_OUTPUT_STEPS,
+    locales: Sequence[str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """How much attention each output field puts on its own source field.
 
@@ -72,6 +101,8 @@ def field_attention_mass(
             (padding positions of a source carry weight 0 and are never in a field).
         sources: the ``B`` source strings; position ``j`` of ``sources[b]`` is column ``j``.
         output_steps: for each field, the output steps that write it.
+        locales: ``None`` (chapter 2's English dates) or the ``B`` sources' locales, passed
+            to :func:`date_fields`.
 
     Returns:
         ``(mass, chance)``: ``mass[field]`` is a ``(B,)`` tensor on the device of ``weights``,
@@ -91,6 +122,8 @@ def field_attention_mass(
     B, L_t, L_s = weights.shape
     if B != len(sources):
         raise ValueError(f"weights has batch {B} but there are {len(sources)} sources")
+    if locales is not None and len(locales) != B:
+        raise ValueError(f"there are {B} sources but {len(locales)} locales")
     longest = max((len(s) for s in sources), default=0)
     if longest > L_s:
         raise ValueError(f"a source has {longest} characters but weights has L_s = {L_s}")
@@ -100,7 +133,8 @@ def field_attention_mass(
     mass: dict[str, list[float]] = {name: [] for name in output_steps}
     chance: dict[str, list[float]] = {name: [] for name in output_steps}
     for b, source in enumerate(sources):
-        for name, positions in date_fields(source).items():
+        locale = None if locales is None else locales[b]
+        for name, positions in date_fields(source, locale).items():
             if name not in output_steps:
                 continue
             rows = weights[b, list(output_steps[name])]  # (steps of the field, L_s)

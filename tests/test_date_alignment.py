@@ -83,3 +83,63 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="L_t = 4"):
         field_attention_mass(torch.zeros(1, 4, 10), ["19.07.2020"])
 
+
+
+def _text(source, positions):
+    return "".join(source[i] for i in positions)
+
+
+@pytest.mark.parametrize("source, locale, year, month, day", [
+    ("3 septembre 2026", "fr_FR", "2026", "septembre", "3"),
+    ("mardi 2 juillet 2030", "fr_FR", "2030", "juillet", "2"),
+    ("7 avr. 1952", "fr_FR", "1952", "avr", "7"),
+    ("10 août 2021", "fr_FR", "2021", "août", "10"),
+    ("3. september 2026", "de_DE", "2026", "september", "3"),
+    ("dienstag, 13. februar 2007", "de_DE", "2007", "februar", "13"),
+    ("17.10.1977", "de_DE", "1977", "10", "17"),
+    ("3 de septiembre de 2026", "es_ES", "2026", "septiembre", "3"),
+    ("miércoles, 6 de septiembre de 1978", "es_ES", "1978", "septiembre", "6"),
+    ("9 ene 2037", "es_ES", "2037", "ene", "9"),
+    ("sunday, december 15, 2047", "en_US", "2047", "december", "15"),
+    ("jun 14, 1973", "en_US", "1973", "jun", "14"),
+])
+def test_fields_of_dates_in_four_languages_by_hand(source, locale, year, month, day):
+    fields = date_fields(source, locale)
+    assert {name: _text(source, positions) for name, positions in fields.items()} == {
+        "year": year, "month": month, "day": day}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_multilocale_date_parses_back_to_its_iso_date(seed):
+    """The reference is the ISO target and Babel's own month names for the target's month."""
+    from babel.dates import get_month_names
+
+    for source, iso, locale in data.multilocale_date_pairs(300, seed=seed):
+        fields = date_fields(source, locale)
+        year, month, day = (int(part) for part in iso.split("-"))
+        assert int(_text(source, fields["year"])) == year
+        assert int(_text(source, fields["day"])) == day
+        said = _text(source, fields["month"])
+        names = {get_month_names(width, locale=locale)[month].lower().rstrip(".")
+                 for width in ("wide", "abbreviated")}
+        assert (said.isdigit() and int(said) == month) or said in names, (source, said)
+
+
+def test_multilocale_mass_uses_each_source_locale():
+    sources, locales = ["3 mai 2026", "3. mai 2026"], ["fr_FR", "de_DE"]
+    weights = torch.zeros(2, 11, 11)
+    weights[:, 5:7, 2:5] = 1 / 3  # the month steps read "mai" only
+    mass, _ = field_attention_mass(weights, sources, locales=locales)
+    # "3 mai": "mai" is at 2..4, all the weight; "3. mai": at 3..5, two of the three columns
+    assert mass["month"].tolist() == pytest.approx([1.0, 2 / 3])
+    with pytest.raises(ValueError, match="2 sources but 1 locales"):
+        field_attention_mass(weights, sources, locales=locales[:1])
+
+
+def test_bad_locales_are_named():
+    with pytest.raises(ValueError, match="unknown locale 'xx_YY'"):
+        date_fields("3 mai 2026", "xx_YY")
+    with pytest.raises(TypeError, match="locale must be a str or None"):
+        date_fields("3 mai 2026", 7)
+    with pytest.raises(ValueError, match="month and the day"):
+        date_fields("3 septembre 2026", "de_DE")  # not a German month name

@@ -172,5 +172,5 @@ def test_on_step_sees_every_step_in_order_and_evaluating_in_it_changes_nothing()
     torch.manual_seed(11)
     got = train_seq2seq(watched, data, steps=4, batch_size=8, seed=3, on_step=evaluate)
     assert seen == [1, 2, 3, 4] and got == expected
-    for (name, p), q in zip(plain.named_parameters(), watched.parameters()):
+    for (name, p), q in zip(plain.named_parameters(), watched.parameters(), strict=True):
         torch.testing.assert_close(p, q, atol=0, rtol=0, msg=name)
