@@ -13,7 +13,8 @@ memory and multiply-add counts of tensor code, CPU timings and log-log slopes, c
 ``numpy_ref`` (NumPy versions), ``plotting`` (the figure style and ``show_heatmaps``),
 ``utils`` (seeding), ``validation`` (input checks). Imported as modules, for the experiments of
 one or two chapters: ``data`` (generated data sets), ``decoding`` (greedy and beam search for
-the encoder-decoder, with KV caches), ``date_alignment`` (where a date translator's attention
+the encoder-decoder, with KV caches), ``attention_maps`` (every attention weight inside a
+trained Transformer, chapter 10), ``date_alignment`` (where a date translator's attention
 goes, chapter 2), ``seq2seq`` (recurrent encoder-decoders), ``training`` (training loops),
 ``windowed`` (banded attention that computes only the band, chapter 4), ``order_task`` (chapter
 4's previous-token experiment), ``head_metrics`` (what heads do, chapter 5), ``language_model``

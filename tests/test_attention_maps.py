@@ -1,0 +1,121 @@
+"""The attention weights inside a Transformer (attention_src.attention_maps).
+
+Peer: PyTorch's ``nn.Transformer`` carrying the same weights (``to_torch_transformer``), whose
+``nn.MultiheadAttention`` modules are asked for their per-head weights
+(``average_attn_weights=False``) on the inputs they received; fast paths off. Properties:
+rows sum to 1, padded source columns and future target positions get 0, the weights reproduce
+the attention output. Bad input: named errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_src.attention_maps import transformer_attention_weights
+from attention_src.softmax import causal_mask
+from attention_src.transformer import to_torch_transformer
+from tests.test_transformer_model import SRC_LENS, B, H, N, S, T, _batch, _model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _pytorch_reference_path():
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(was)
+
+
+def _torch_weights(model, src, tgt, src_pad):
+    """Per-head weights from PyTorch's own attention modules, on the inputs they were given."""
+    ref = to_torch_transformer(model)
+    modules = {"encoder": [layer.self_attn for layer in ref.encoder.layers],
+               "decoder": [layer.self_attn for layer in ref.decoder.layers],
+               "cross": [layer.multihead_attn for layer in ref.decoder.layers]}
+    calls = {}
+    handles = [m.register_forward_pre_hook(
+        lambda mod, args, kwargs: calls.__setitem__(mod, (args, kwargs)), with_kwargs=True)
+        for ms in modules.values() for m in ms]
+    x_src = model._embed(model.src_embed, src)
+    x_tgt = model._embed(model.tgt_embed, tgt)
+    with torch.no_grad():
+        ref(x_src, x_tgt, tgt_mask=~causal_mask(tgt.shape[1]),
+            src_key_padding_mask=~src_pad, memory_key_padding_mask=~src_pad)
+        for handle in handles:
+            handle.remove()
+        out = {}
+        for name, ms in modules.items():
+            weights = []
+            for m in ms:
+                args, kwargs = calls[m]
+                kwargs = {**kwargs, "need_weights": True, "average_attn_weights": False,
+                          "is_causal": False}
+                weights.append(m(*args, **kwargs)[1])  # (B, h, L_q, L_k)
+            out[name] = torch.stack(weights)
+    return out
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_weights_equal_pytorchs_per_layer_and_head(norm_first):
+    model = _model(norm_first)
+    src, tgt, src_pad, _ = _batch()
+    ours = transformer_attention_weights(model, src, tgt, src_pad)
+    theirs = _torch_weights(model, src, tgt, src_pad)
+    assert {k: tuple(v.shape) for k, v in ours.items()} == {
+        "encoder": (N, B, H, S, S), "decoder": (N, B, H, T, T), "cross": (N, B, H, T, S)}
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], atol=1e-12, rtol=0, msg=name)
+
+
+def test_rows_sum_to_one_and_masked_keys_get_nothing():
+    model = _model(True)
+    src, tgt, src_pad, _ = _batch(1)
+    maps = transformer_attention_weights(model, src, tgt, src_pad)
+    for name, w in maps.items():
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1], dtype=w.dtype),
+                                   msg=name)
+    for b, length in enumerate(SRC_LENS):
+        assert (maps["cross"][:, b, ..., length:] == 0).all()
+        assert (maps["encoder"][:, b, ..., length:] == 0).all()
+    future = ~causal_mask(T)  # (T, T), True above the diagonal
+    assert (maps["decoder"][..., future] == 0).all()
+
+
+def test_the_weights_reproduce_the_last_cross_attention_output():
+    """Weights times the values, through W_o, is the module's output: the weights are the
+    ones the model used."""
+    model = _model(False)
+    src, tgt, src_pad, _ = _batch(2)
+    maps = transformer_attention_weights(model, src, tgt, src_pad)
+    attn = model.decoder_layers[-1].cross_attn
+    seen = {}
+    handle = attn.register_forward_hook(lambda m, args, kwargs, out: seen.update(
+        args=args, kwargs=kwargs, out=out[0]), with_kwargs=True)
+    with torch.no_grad():
+        model(src, tgt, src_padding=src_pad)
+        handle.remove()
+        memory = seen["args"][1]  # (B, S, E)
+        v = attn._split_heads(attn.v_proj(memory))  # (B, h, S, d_head)
+        heads = maps["cross"][-1] @ v  # (B, h, T, d_head)
+        concat = heads.transpose(1, 2).reshape(B, T, -1)  # (B, T, E)
+    torch.testing.assert_close(attn.out_proj(concat), seen["out"], atol=1e-12, rtol=0)
+
+
+def test_training_mode_is_restored_and_hooks_removed():
+    model = _model(True).train()
+    src, tgt, src_pad, _ = _batch()
+    transformer_attention_weights(model, src, tgt, src_pad)
+    assert model.training
+    assert all(not m._forward_pre_hooks for m in model.modules())
+
+
+def test_bad_input_is_named():
+    with pytest.raises(TypeError, match="attention_src Transformer, got Linear"):
+        transformer_attention_weights(torch.nn.Linear(2, 2), None, None)
+    model = _model()
+    src, tgt, _, _ = _batch()
+    with pytest.raises(ValueError, match="src and tgt must share the batch size"):
+        transformer_attention_weights(model, src, tgt[:1])
+    with pytest.raises(TypeError, match="int64"):
+        transformer_attention_weights(model, src.float(), tgt)
+    assert not any(m._forward_pre_hooks for m in model.modules())  # removed after an error
