@@ -13,6 +13,9 @@ position. With one, a step runs the decoder on the newest token ``(N, 1)`` only:
   is needed, since the newest token may see every earlier one;
 * each layer's cross-attention keys and values, projections of the memory, are computed once
   before the first step;
+* in a rotary model (``positional="rotary"``) the newest query and key are rotated at the
+  newest position before the key is cached: the cache holds rotated keys, each rotated once
+  at its own position, exactly what the full pass computes;
 * the feed-forward network and the layer norms act on each position alone, so the newest
   position's result does not depend on whether the earlier ones are recomputed.
 
@@ -31,6 +34,7 @@ import torch
 
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.efficient import KVCache
+from attention_src.positional import apply_rotary
 from attention_src.softmax import causal_mask
 from attention_src.transformer import Transformer, _check_padding
 from attention_src.validation import check_positive_int
@@ -117,8 +121,11 @@ class _Stepper:
         def self_attention(y):
             attn = layer.self_attn
             q = attn._split_heads(attn.q_proj(y))  # (N, 1, E) -> (N, h, 1, d_head)
-            keys, values = cache.append(attn._split_heads(attn.k_proj(y)),
-                                        attn._split_heads(attn.v_proj(y)))  # (N, h, n, d)
+            k = attn._split_heads(attn.k_proj(y))  # (N, h, 1, d_head)
+            if layer.rotary:  # the newest position is self.length; cached keys stay rotated
+                position = torch.tensor([self.length], device=y.device)  # (1,)
+                q, k = apply_rotary(q, position), apply_rotary(k, position)
+            keys, values = cache.append(k, attn._split_heads(attn.v_proj(y)))  # (N, h, n, d)
             heads, _ = scaled_dot_product_attention(q, keys, values)  # (N, h, 1, d_head)
             return attn.out_proj(_merge(heads))  # (N, 1, E)
 

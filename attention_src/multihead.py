@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_src.attention import scaled_dot_product_attention
+from attention_src.positional import apply_rotary
 from attention_src.softmax import causal_mask
 from attention_src.utils import place
 from attention_src.validation import (
@@ -97,9 +98,14 @@ class MultiHeadAttention(nn.Module):
     devices otherwise.
 
     ``forward(query: (B, L_q, E), key: (B, L_k, kdim), value: (B, L_k, vdim), mask=None,
-    need_weights=True) -> (output: (B, L_q, E), weights: (B, h, L_q, L_k) or None)``.
+    need_weights=True, rotary_positions=None) -> (output: (B, L_q, E), weights: (B, h, L_q,
+    L_k) or None)``.
     ``mask`` is boolean, ``True`` = may attend, of shape ``(L_q, L_k)``, ``(B, L_q, L_k)`` or
-    ``(B, 1 or h, L_q, L_k)``. With ``need_weights=False`` the weights are not materialised
+    ``(B, 1 or h, L_q, L_k)``. ``rotary_positions`` (self-attention only, ``L_q == L_k``):
+    ``(L,)`` positions; each head's queries ``(B, h, L, d_head)`` and keys are rotated by
+    :func:`~attention_src.positional.apply_rotary` at them before the scores (``d_head``
+    even), so the scores depend on positions only through their differences. ``None``
+    rotates nothing. With ``need_weights=False`` the weights are not materialised
     and PyTorch's fused kernel computes the same output. The returned weights are the
     attention distribution *before* dropout (``nn.MultiheadAttention`` returns them after
     dropout in training mode; in eval mode the two agree).
@@ -189,14 +195,24 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
+        rotary_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         self._check_inputs(query, key, value)
         B, L_q, _ = query.shape
         L_k = key.shape[1]
+        if rotary_positions is not None and L_q != L_k:
+            raise ValueError(
+                f"rotary_positions rotate queries and keys at the same positions: they need "
+                f"L_q == L_k, got query {tuple(query.shape)} and key {tuple(key.shape)}"
+            )
         mask = _head_mask(mask, (B, self.num_heads, L_q, L_k))
         check_same_device(query=query, mask=mask)
         q = self._split_heads(self.q_proj(query))  # (B, h, L_q, d_head)
         k = self._split_heads(self.k_proj(key))  # (B, h, L_k, d_head)
+        if rotary_positions is not None:
+            # every head's (B, h, L, d_head) queries and keys, position m rotated by m theta
+            q = apply_rotary(q, rotary_positions)
+            k = apply_rotary(k, rotary_positions)
         v = self._split_heads(self.v_proj(value))  # (B, h, L_k, d_head)
         p = self.dropout if self.training else 0.0
         if need_weights:

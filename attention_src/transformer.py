@@ -19,6 +19,12 @@ sublayer's output before it is added to the residual (``dropout1``, ``dropout2``
 PyTorch's (``self_attn``, ``linear1``, ``linear2``, ``norm1``...), except that the decoder's
 attention to the memory is called ``cross_attn`` (PyTorch: ``multihead_attn``).
 
+Both blocks take ``rotary=True`` (keyword): the queries and keys of their *self*-attention,
+per head, are then rotated by :func:`~attention_src.positional.apply_rotary` at positions
+``0 .. L-1`` before the scores (Su et al., 2021): rotary position embedding, which makes the
+scores depend on positions only through their differences. The cross-attention is never
+rotated.
+
 Masks are boolean with ``True`` = *may attend*, as everywhere in the book.
 :func:`to_torch_encoder_layer` and :func:`to_torch_decoder_layer` build the PyTorch layers with
 the same weights and say how to translate the masks.
@@ -76,13 +82,28 @@ def _check_block_arguments(embed_dim, num_heads, ff_dim, dropout, activation, la
         raise ValueError(f"layer_norm_eps must be positive, got {layer_norm_eps}")
 
 
+def _check_rotary(embed_dim: int, num_heads: int) -> None:
+    """Rotary positions rotate feature pairs of each head: ``d_head = E / h`` must be even."""
+    if (embed_dim // num_heads) % 2:
+        raise ValueError(
+            f"rotary positions rotate feature pairs of each head, so d_head = embed_dim / "
+            f"num_heads must be even, got embed_dim = {embed_dim}, num_heads = {num_heads}, "
+            f"d_head = {embed_dim // num_heads}"
+        )
+
+
 class _Block(nn.Module):
     """What both blocks share: the feed-forward sublayer, the input checks, the settings."""
 
     def __init__(self, embed_dim, num_heads, ff_dim, dropout, norm_first, activation,
-                 layer_norm_eps):
+                 layer_norm_eps, rotary=False):
         super().__init__()
         _check_block_arguments(embed_dim, num_heads, ff_dim, dropout, activation, layer_norm_eps)
+        if not isinstance(rotary, bool):
+            raise TypeError(f"rotary must be a bool, got {type(rotary).__name__}")
+        if rotary:
+            _check_rotary(embed_dim, num_heads)
+        self.rotary = rotary
         self.embed_dim, self.num_heads, self.ff_dim = embed_dim, num_heads, ff_dim
         self.norm_first = bool(norm_first)
         self.activation_name = activation
@@ -100,7 +121,7 @@ class _Block(nn.Module):
         self.dropout2 = nn.Dropout(dropout)  # on the next sublayer's output
 
     def extra_repr(self) -> str:
-        return f"norm_first={self.norm_first}"
+        return f"norm_first={self.norm_first}" + (", rotary=True" if self.rotary else "")
 
     def _check_x(self, x: torch.Tensor) -> None:
         """``x`` must be a floating-point ``(B, L, E)`` tensor of the parameters' dtype."""
@@ -125,9 +146,12 @@ class _Block(nn.Module):
             )
 
     def _sa_block(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Self-attention sublayer: ``(B, L, E) -> (B, L, E)``, before the residual."""
+        """Self-attention sublayer: ``(B, L, E) -> (B, L, E)``, before the residual; with
+        ``rotary``, queries and keys rotated at positions ``0 .. L-1``."""
         # A (B, L, L) mask reaches MultiHeadAttention as (B, 1, L, L): shared by every head.
-        out, _ = self.self_attn(x, x, x, mask=mask, need_weights=False)
+        positions = torch.arange(x.shape[1], device=x.device) if self.rotary else None  # (L,)
+        out, _ = self.self_attn(x, x, x, mask=mask, need_weights=False,
+                                rotary_positions=positions)
         return self.dropout1(out)
 
     def _ff_block(self, x: torch.Tensor, out_dropout: nn.Dropout) -> torch.Tensor:
@@ -155,6 +179,10 @@ class EncoderBlock(_Block):
             ``True``: ``x = x + sublayer(norm(x))`` (pre-norm).
         activation: ``"relu"`` or ``"gelu"`` (the exact, erf-based GELU).
         layer_norm_eps: the ``eps`` of both layer norms.
+        rotary: keyword; rotate the self-attention's queries and keys ``(B, h, L, d_head)``
+            at positions ``0 .. L-1`` (:func:`~attention_src.positional.apply_rotary`, base
+            10000) before the scores; ``d_head = E / h`` must be even. No PyTorch layer does
+            this: :func:`to_torch_encoder_layer` refuses such a block.
         device, dtype: keywords; where the block goes and its floating dtype, applied after
             the weights are drawn on the CPU (:func:`attention_src.utils.place`): a seed gives
             the same weights on every device. Inputs and masks must be on the block's device.
@@ -175,11 +203,12 @@ class EncoderBlock(_Block):
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
         *,
+        rotary: bool = False,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ):
         super().__init__(embed_dim, num_heads, ff_dim, dropout, norm_first, activation,
-                         layer_norm_eps)
+                         layer_norm_eps, rotary)
         place(self, device, dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -204,7 +233,9 @@ class DecoderBlock(_Block):
 
     The same computation as ``torch.nn.TransformerDecoderLayer(embed_dim, num_heads, ff_dim,
     dropout, activation, batch_first=True, norm_first=norm_first)``; see
-    :func:`to_torch_decoder_layer`. Arguments as for :class:`EncoderBlock`.
+    :func:`to_torch_decoder_layer`. Arguments as for :class:`EncoderBlock`; ``rotary=True``
+    rotates the masked self-attention's queries and keys only, not the cross-attention's
+    (decoder and encoder positions are not on one axis).
 
     ``forward(x: (B, L, E), memory: (B, S, E), mask=None, memory_mask=None) -> (B, L, E)``.
     ``mask`` (boolean, ``True`` = may attend, broadcastable to ``(B, L, L)``) is the
@@ -224,11 +255,12 @@ class DecoderBlock(_Block):
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
         *,
+        rotary: bool = False,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ):
         super().__init__(embed_dim, num_heads, ff_dim, dropout, norm_first, activation,
-                         layer_norm_eps)
+                         layer_norm_eps, rotary)
         # queries from the decoder (B, L, E), keys and values from the memory (B, S, E)
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
         self.norm3 = nn.LayerNorm(embed_dim, eps=layer_norm_eps)
@@ -301,6 +333,14 @@ def _copy_common(block: _Block, ref: nn.Module) -> nn.Module:
         return ref
 
 
+def _refuse_rotary(block: _Block) -> None:
+    if block.rotary:
+        raise ValueError(
+            "PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer / nn.Transformer "
+            "have no rotary positions: a block with rotary=True has no PyTorch equivalent"
+        )
+
+
 def to_torch_encoder_layer(block: EncoderBlock) -> nn.TransformerEncoderLayer:
     """PyTorch's ``nn.TransformerEncoderLayer(batch_first=True)`` with ``block``'s weights,
     settings (``norm_first``, activation, dropout rate, ``eps``), dtype, device and mode.
@@ -317,10 +357,12 @@ def to_torch_encoder_layer(block: EncoderBlock) -> nn.TransformerEncoderLayer:
     So ``block(x, mask=causal_mask(L) & pad[:, None, :])`` equals ``layer(x,
     src_mask=~causal_mask(L), src_key_padding_mask=~pad)`` in eval mode. In eval mode without
     autograd PyTorch may take its fused "fast path" (``torch._transformer_encoder_layer_fwd``);
-    it computes the same function up to rounding.
+    it computes the same function up to rounding. A ``rotary`` block: ``ValueError``
+    (PyTorch has no rotary positions).
     """
     if not isinstance(block, EncoderBlock):
         raise TypeError(f"block must be an EncoderBlock, got {type(block).__name__}")
+    _refuse_rotary(block)
     ref = nn.TransformerEncoderLayer(
         block.embed_dim, block.num_heads, dim_feedforward=block.ff_dim,
         dropout=block.dropout.p, activation=block.activation_name,
@@ -338,10 +380,12 @@ def to_torch_decoder_layer(block: DecoderBlock) -> nn.TransformerDecoderLayer:
     the self-attention's ``mask`` goes to ``tgt_mask`` (``(L, L)`` or ``(B*h, L, L)``; a causal
     mask is ``~causal_mask(L)``) and a target padding mask to ``tgt_key_padding_mask`` ``(B,
     L)``; ``memory_mask`` goes to ``memory_mask`` (``(L, S)`` or ``(B*h, L, S)``) and a source
-    padding mask to ``memory_key_padding_mask`` ``(B, S)``, ``True`` = padded.
+    padding mask to ``memory_key_padding_mask`` ``(B, S)``, ``True`` = padded. A ``rotary``
+    block: ``ValueError`` (PyTorch has no rotary positions).
     """
     if not isinstance(block, DecoderBlock):
         raise TypeError(f"block must be a DecoderBlock, got {type(block).__name__}")
+    _refuse_rotary(block)
     ref = nn.TransformerDecoderLayer(
         block.embed_dim, block.num_heads, dim_feedforward=block.ff_dim,
         dropout=block.dropout.p, activation=block.activation_name,
@@ -379,7 +423,8 @@ class Transformer(nn.Module):
     """The encoder-decoder Transformer of Vaswani et al. (2017), from the book's blocks.
 
     ``src: (B, S)`` token ids -> embeddings ``(B, S, E)`` (drawn from ``N(0, 1/E)``) scaled
-    by ``sqrt(E)`` plus the sinusoidal positions, then dropout -> ``num_layers``
+    by ``sqrt(E)`` plus the sinusoidal positions (none with ``positional="rotary"``), then
+    dropout -> ``num_layers``
     :class:`EncoderBlock` -> the *memory* ``(B, S, E)``. ``tgt: (B, T)`` (the output so
     far, starting with a start token) -> embeddings the same way -> ``num_layers``
     :class:`DecoderBlock` (causal
@@ -401,6 +446,15 @@ class Transformer(nn.Module):
         tie_output: share the output projection's weight with the target embedding
             (Press & Wolf, 2017; Vaswani et al. §3.4 share it).
         layer_norm_eps: ``eps`` of every layer norm.
+        positional: keyword; ``"sinusoidal"`` (Vaswani et al. §3.5: the table added to the
+            scaled embeddings) or ``"rotary"`` (Su et al., 2021): nothing is added to the
+            embeddings; instead the queries and keys ``(B, h, L, d_head)`` of every
+            *self*-attention, encoder and decoder, are rotated at positions ``0 .. L-1``
+            before the scores (the blocks' ``rotary=True``; ``d_head = E / h`` must be even).
+            The cross-attention is not rotated: its queries are target positions and its keys
+            source positions, which are not on one axis, so their difference means nothing.
+            The parameters are the same either way; ``max_len`` still bounds the lengths.
+            :func:`to_torch_transformer` refuses a rotary model (PyTorch has no equivalent).
         device, dtype: keywords; where the model goes and its floating dtype (weights drawn
             on the CPU, then moved: a seed gives the same model on every device).
 
@@ -423,20 +477,26 @@ class Transformer(nn.Module):
         tie_output: bool = False,
         layer_norm_eps: float = 1e-5,
         *,
+        positional: str = "sinusoidal",
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
+        if not isinstance(positional, str) or positional not in ("sinusoidal", "rotary"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'rotary', got {positional!r}")
         check_positive_int("src_vocab_size", src_vocab_size)
         check_positive_int("tgt_vocab_size", tgt_vocab_size)
         check_positive_int("num_layers", num_layers)
         check_positive_int("max_len", max_len)
         _check_block_arguments(embed_dim, num_heads, ff_dim, dropout, activation, layer_norm_eps)
+        if positional == "rotary":
+            _check_rotary(embed_dim, num_heads)
         from attention_src.positional import sinusoidal_positional_encoding
 
         self.embed_dim, self.num_heads, self.num_layers = embed_dim, num_heads, num_layers
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.norm_first, self.max_len = bool(norm_first), max_len
+        self.positional = positional
         self.src_embed = nn.Embedding(src_vocab_size, embed_dim)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_dim)
         # N(0, 1/E), as in Vaswani et al.'s code (tensor2tensor): scaled by sqrt(E) a token
@@ -444,13 +504,14 @@ class Transformer(nn.Module):
         # PyTorch's default N(0, 1) would make it sqrt(E) times larger and drown the positions.
         for embedding in (self.src_embed, self.tgt_embed):
             nn.init.normal_(embedding.weight, std=embed_dim ** -0.5)
-        # (max_len, E); a buffer, so it follows .to(), but not a parameter
-        self.register_buffer("positions", sinusoidal_positional_encoding(max_len, embed_dim),
+        # (max_len, E); a buffer, so it follows .to(), but not a parameter (None: rotary)
+        table = sinusoidal_positional_encoding(max_len, embed_dim)
+        self.register_buffer("positions", table if positional == "sinusoidal" else None,
                              persistent=False)
         self.embed_dropout = nn.Dropout(dropout)
         block = dict(embed_dim=embed_dim, num_heads=num_heads, ff_dim=ff_dim, dropout=dropout,
                      norm_first=norm_first, activation=activation,
-                     layer_norm_eps=layer_norm_eps)
+                     layer_norm_eps=layer_norm_eps, rotary=positional == "rotary")
         self.encoder_layers = nn.ModuleList(EncoderBlock(**block) for _ in range(num_layers))
         self.decoder_layers = nn.ModuleList(DecoderBlock(**block) for _ in range(num_layers))
         self.encoder_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if norm_first else None
@@ -462,7 +523,8 @@ class Transformer(nn.Module):
         place(self, device, dtype)
 
     def extra_repr(self) -> str:
-        return f"norm_first={self.norm_first}, tie_output={self.tie_output}"
+        rotary = ", positional='rotary'" if self.positional == "rotary" else ""
+        return f"norm_first={self.norm_first}, tie_output={self.tie_output}{rotary}"
 
     def _check_tokens(self, name: str, tokens: torch.Tensor, vocab_size: int) -> None:
         if not isinstance(tokens, torch.Tensor):
@@ -483,9 +545,12 @@ class Transformer(nn.Module):
 
     def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0):
         """Token embeddings ``(B, L, E)`` times ``sqrt(E)`` plus the positions ``start ..
-        start + L - 1``, then dropout (Vaswani et al. §3.4, §5.4)."""
+        start + L - 1`` (none for a rotary model: its blocks rotate), then dropout (Vaswani
+        et al. §3.4, §5.4)."""
         L = tokens.shape[1]
         x = embedding(tokens) * math.sqrt(self.embed_dim)  # (B, L, E)
+        if self.positions is None:  # rotary
+            return self.embed_dropout(x)
         return self.embed_dropout(x + self.positions[start:start + L])  # (L, E) broadcast
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -549,9 +614,15 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
     ``memory_key_padding_mask=~src_padding``. In eval mode without autograd, PyTorch may take
     its fused fast path, which with a padding mask returns 0 at padded positions (nested
     tensors); ``torch.backends.mha.set_fastpath_enabled(False)`` compares every position.
+    A rotary model (``positional="rotary"``): ``ValueError``, PyTorch has no equivalent.
     """
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    if model.positional == "rotary":
+        raise ValueError(
+            "PyTorch's nn.Transformer has no rotary positions: a Transformer with "
+            "positional='rotary' has no PyTorch equivalent"
+        )
     first = model.encoder_layers[0]
     with warnings.catch_warnings():
         # PyTorch notes that a pre-norm stack cannot use nested tensors: nothing to act on

@@ -43,9 +43,10 @@ def _teacher_forced_logp(model, src, pad, seq):
     return float(sum(logp[t, tok] for t, tok in enumerate(seq)))
 
 
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
-def test_greedy_takes_the_argmax_of_the_full_forward_pass_at_every_step(norm_first):
-    model = _model(norm_first)
+def test_greedy_takes_the_argmax_of_the_full_forward_pass_at_every_step(norm_first, positional):
+    model = _model(norm_first, positional=positional)
     src, pad = _source()
     out = greedy_decode(model, src, BOS, EOS, max_steps=8, src_padding=pad)
     for b in range(src.shape[0]):
@@ -57,11 +58,13 @@ def test_greedy_takes_the_argmax_of_the_full_forward_pass_at_every_step(norm_fir
         assert all(t == EOS for t in out[b, len(prefix):].tolist())
 
 
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_cached_and_uncached_decoding_give_the_same_tokens(norm_first, dtype):
-    """Consistency check: the same model, with and without KV caches."""
-    model = _model(norm_first, seed=3, dtype=dtype)
+def test_cached_and_uncached_decoding_give_the_same_tokens(norm_first, dtype, positional):
+    """Consistency check: the same model, with and without KV caches. A rotary model's cache
+    holds keys rotated at their own positions; the newest query is rotated at its own."""
+    model = _model(norm_first, seed=3, dtype=dtype, positional=positional)
     src, pad = _source(1)
     cached = greedy_decode(model, src, BOS, EOS, 10, pad, use_cache=True)
     assert torch.equal(cached, greedy_decode(model, src, BOS, EOS, 10, pad, use_cache=False))
