@@ -1018,13 +1018,12 @@ def encoder_decoder(*, norm_first: bool = False, positions: str = "sinusoidal",
     if tied:
         edges.append(Edge("tgt_embed", "head", "tied", kind="read", side="on", around=True,
                           lane=0.3))
-    # the default's memory sits level with the linear layer and its arrow passes right of
-    # the decoder's "x N"; a final norm or a taller block lifts the memory, and the arrow
-    # would cross the label inside the box's top left corner: then it goes on the box's left
-    moved = norm_first or rotary
+    # the memory's arrow passes right of the decoder's "x N" while the memory sits level
+    # with the linear layer; a final norm lifts the memory a row higher, and the arrow would
+    # cross the label in the box's top left corner: then the label goes left of the box
     regions = (Region(r"$\times N$", ("encoder",), style="repeat", pad=0.12),
                Region(r"$\times N$", ("decoder",), style="repeat", pad=0.12,
-                      label_at="left" if moved else "top"))
+                      label_at="left" if norm_first else "top"))
     final = ", then a final layer norm," if norm_first else ""
     if rotary:
         embedded = ("embedded, scaled by the square root of d_model with no position added, "
