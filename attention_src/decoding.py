@@ -218,12 +218,17 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_s
                 use_cache: bool = True) -> tuple[list[list[int]], torch.Tensor]:
     """Beam search: keep the ``beam_width`` most probable prefixes of each source sentence.
 
-    At each step every live hypothesis is extended by every token; the ``beam_width`` best
-    extensions (by total log-probability) survive. One that ends in ``eos`` is finished and
-    scored by its total log-probability divided by :func:`length_penalty` (``alpha``). A
-    sentence stops when it has ``beam_width`` finished hypotheses or after ``max_steps``;
-    then its best finished hypothesis wins (its best live one if none finished). With
-    ``beam_width=1`` and any ``alpha`` this is greedy search.
+    At each step every live hypothesis is extended by every token, and the ``2 * beam_width``
+    best extensions (by total log-probability) are looked at: one that ends in ``eos`` is
+    finished, scored by its total log-probability divided by :func:`length_penalty`
+    (``alpha``); the ``beam_width`` best of the others stay live. Finished hypotheses never
+    take a live one's place, so a model that gives ``eos`` a little probability at every step
+    (as label smoothing teaches it to) cannot fill the beam with cut-off outputs. A sentence
+    stops when no live hypothesis can beat its best finished one (a live hypothesis with
+    log-probability ``s <= 0`` ends with a score of at most ``s / length_penalty(max_steps)``),
+    or after ``max_steps``; then its best finished hypothesis wins (its best live one if none
+    finished). With ``beam_width=1`` the live hypothesis follows greedy search, so the result
+    is greedy search's output or one the model scores higher.
 
     Args:
         model, src, bos, eos, max_steps, src_padding, use_cache: as for
@@ -257,25 +262,37 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_s
             score = torch.full((B, k), -math.inf, dtype=torch.float64, device=device)
             score[:, 0] = 0.0
             finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+            done = [False] * B
+            bound_penalty = length_penalty(max_steps, alpha)
             for step in range(1, max_steps + 1):
                 logp = stepper.step(tokens[:, -1:]).double()  # (B*k, V)
                 V = logp.shape[-1]
                 total = (score.reshape(B * k, 1) + logp).reshape(B, k * V)  # (B, k*V)
-                best, flat = total.topk(k, dim=-1)  # (B, k) each
+                # 2k candidates: even if k of them end here, k can stay live
+                cand, flat = total.topk(min(2 * k, k * V), dim=-1)  # (B, 2k) each
                 origin = flat // V  # which hypothesis each extension continues
                 token = flat % V
-                rows = (torch.arange(B, device=device)[:, None] * k + origin).flatten()
-                tokens = torch.cat([tokens.index_select(0, rows), token.reshape(-1, 1)], 1)
-                stepper.reorder(rows)
-                ended = (token == eos) & torch.isfinite(best)  # (B, k)
+                ended = (token == eos) & torch.isfinite(cand)  # (B, 2k)
                 for b, j in ended.nonzero().tolist():
-                    if len(finished[b]) < k:
-                        finished[b].append((float(best[b, j]) / length_penalty(step, alpha),
-                                            tokens[b * k + j, 1:].tolist()))
-                score = best.masked_fill(ended, -math.inf)
-                full = [len(f) >= k or not bool(torch.isfinite(score[b]).any())
-                        for b, f in enumerate(finished)]
-                if all(full):
+                    if not done[b]:
+                        prefix = tokens[b * k + int(origin[b, j]), 1:].tolist()
+                        finished[b].append((float(cand[b, j]) / length_penalty(step, alpha),
+                                            prefix + [eos]))
+                # the k best extensions that did not end stay live
+                score, keep = cand.masked_fill(ended, -math.inf).topk(k, dim=-1)  # (B, k)
+                rows = (torch.arange(B, device=device)[:, None] * k
+                        + origin.gather(1, keep)).flatten()  # (B*k,)
+                tokens = torch.cat([tokens.index_select(0, rows),
+                                    token.gather(1, keep).reshape(-1, 1)], 1)
+                stepper.reorder(rows)
+                for b in range(B):
+                    best_live = float(score[b].max())
+                    if not math.isfinite(best_live):
+                        done[b] = True
+                    elif finished[b] and not done[b]:
+                        # no continuation of a live hypothesis can score above this
+                        done[b] = max(f[0] for f in finished[b]) >= best_live / bound_penalty
+                if all(done):
                     break
             out, scores = [], []
             for b in range(B):

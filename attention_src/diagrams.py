@@ -131,7 +131,9 @@ class Edge:
     ``label``: what it carries (a shape in the notation's symbols), written on ``side`` of
     the arrow's middle. ``kind``: ``"data"``, ``"residual"`` (drawn out to the right,
     ``lane`` inches beyond every box between the two, and in) or ``"read"`` (dashed).
-    ``bend``: curvature of a data arrow (0 = straight)."""
+    ``bend``: curvature of a data arrow (0 = straight). ``around``: draw a data or read
+    arrow the way a residual path is drawn (out to the right along its ``lane`` and in), to
+    join two boxes of one column past the boxes between them; its label sits on the lane."""
 
     src: str
     dst: str
@@ -140,6 +142,7 @@ class Edge:
     side: str = "right"
     bend: float = 0.0
     lane: float = 0.3
+    around: bool = False
 
     def __post_init__(self):
         if self.kind not in EDGE_KINDS:
@@ -149,6 +152,9 @@ class Edge:
             raise ValueError(f"edge {self.src!r} -> {self.dst!r}: unknown side {self.side!r}")
         if self.src == self.dst:
             raise ValueError(f"edge {self.src!r} -> {self.dst!r} joins a node to itself")
+        if not isinstance(self.around, bool):
+            raise TypeError(f"edge {self.src!r} -> {self.dst!r}: around must be a bool, got "
+                            f"{type(self.around).__name__}")
 
 
 @dataclass(frozen=True)
@@ -362,8 +368,10 @@ def render(diagram: Diagram) -> Figure:
         a, b = diagram.node(e.src), diagram.target(e.dst)
         style = {"arrowstyle": "-|>", "mutation_scale": 14, "linewidth": 1.6,
                  "color": OKABE_ITO["black"], "zorder": 2}
-        if e.kind == "residual":
+        if e.kind == "residual" or e.around:
             lane = _residual_lane(diagram, a, b, e.lane)
+            if e.kind == "read":
+                style["linestyle"] = "--"
             arrow = FancyArrowPatch(path=_residual_path(a, b, lane), **style)
             mid = (lane, (a.y + b.y) / 2)
         else:
@@ -928,41 +936,117 @@ def receptive_fields(length: int = 5) -> Diagram:
                    height=2.45)
 
 
-def encoder_decoder() -> Diagram:
-    """Chapter 6: the full Transformer encoder-decoder, bottom to top: the source tokens are
-    embedded and pass N encoder blocks into the memory; the shifted target tokens are
-    embedded and pass N decoder blocks, whose cross-attention reads keys and values from
-    the memory; a linear layer and a softmax give the next token's probabilities."""
+#: The positions :func:`encoder_decoder` can draw.
+POSITIONS = ("sinusoidal", "rotary")
+
+
+def encoder_decoder(*, norm_first: bool = False, positions: str = "sinusoidal",
+                    tied: bool = False) -> Diagram:
+    """Chapters 6 and 10: the full Transformer encoder-decoder, bottom to top: the source
+    tokens are embedded and pass N encoder blocks into the memory; the shifted target tokens
+    are embedded and pass N decoder blocks, whose cross-attention reads keys and values from
+    the memory; a linear layer and a softmax give the next token's probabilities.
+
+    The defaults draw chapter 6's post-norm model with sinusoidal positions. As
+    :class:`attention_src.transformer.Transformer` builds the options:
+
+    - ``norm_first=True``: a pre-norm stack ends with one final layer norm, a ``"norm"``
+      box after the N encoder blocks (``enc_norm``, before the memory) and one after the N
+      decoder blocks (``dec_norm``, before the linear layer).
+    - ``positions="rotary"``: no position is added to the embeddings (they are only scaled,
+      "embed × √d_model"); each block's self-attention rotates its queries and keys, which
+      the block boxes say (cross-attention is not rotated: the alt text says so).
+    - ``tied=True``: a dashed arrow ``tied`` from the target embedding to the linear layer,
+      drawn around the decoder's column: the output layer uses the embedding's matrix.
+
+    Raises ``TypeError`` for a ``norm_first`` or ``tied`` that is not a bool, ``ValueError``
+    for ``positions`` not in :data:`POSITIONS`, naming the value.
+    """
+    for name, value in (("norm_first", norm_first), ("tied", tied)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be 'sinusoidal' or 'rotary', got {positions!r}")
+    rotary = positions == "rotary"
     ex, dx = 1.35, 4.2
-    nodes = (
+    # rows bottom to top: tokens, embedding, the block (its x N box 0.42 above it), then
+    # 0.23 higher the final norm (pre-norm), the memory and the linear layer, the output
+    block_h = 0.8 if rotary else 0.45
+    block_y = round(2.125 + block_h / 2, 3)
+    above = round(2.125 + block_h + 0.42 + 0.23 + 0.225, 3)  # 3.45 for the default
+    head_y = round(above + 0.95, 3) if norm_first else above
+    probs_y = round(head_y + 0.95, 3)
+    embed = "embed \u00d7 \u221a$d_{\\mathrm{model}}$" if rotary else "embed + position"
+    rotates = "\nrotary $q$, $k$ in\nself-attention" if rotary else ""
+    nodes = [
         Node("src", "source tokens", "input", ex, 0.4, w=1.9),
-        Node("src_embed", "embed + position", "operation", ex, 1.3, w=2.1),
-        Node("encoder", "encoder block", "operation", ex, 2.35, w=1.9),
-        Node("memory", "memory", "memory", ex, 3.45, w=1.5),
+        Node("src_embed", embed, "operation", ex, 1.3, w=2.1),
+        Node("encoder", "encoder block" + rotates, "operation", ex, block_y, w=1.9,
+             h=block_h),
+    ]
+    if norm_first:
+        nodes.append(Node("enc_norm", "final norm", "norm", ex, above, w=1.7))
+    nodes += [
+        Node("memory", "memory", "memory", ex, head_y, w=1.5),
         Node("tgt", "target, shifted", "input", dx, 0.4, w=1.9),
-        Node("tgt_embed", "embed + position", "operation", dx, 1.3, w=2.1),
-        Node("decoder", "decoder block", "operation", dx, 2.35, w=1.9),
-        Node("head", "linear + softmax", "operation", dx, 3.45, w=2.0),
-        Node("probs", "next-token\nprobabilities", "output", dx, 4.4, w=1.9, h=0.6),
-    )
-    edges = (
+        Node("tgt_embed", embed, "operation", dx, 1.3, w=2.1),
+        Node("decoder", "decoder block" + rotates, "operation", dx, block_y, w=1.9,
+             h=block_h),
+    ]
+    if norm_first:
+        nodes.append(Node("dec_norm", "final norm", "norm", dx, above, w=1.7))
+    nodes += [
+        Node("head", "linear + softmax", "operation", dx, head_y, w=2.0),
+        Node("probs", "next-token\nprobabilities", "output", dx, probs_y, w=1.9, h=0.6),
+    ]
+    enc_top, dec_top = ("enc_norm", "dec_norm") if norm_first else ("encoder", "decoder")
+    edges = [
         Edge("src", "src_embed"),
         Edge("src_embed", "encoder", r"$(B, L_k, d_{\mathrm{model}})$", side="left"),
-        Edge("encoder", "memory"),
+    ]
+    if norm_first:
+        edges.append(Edge("encoder", "enc_norm"))
+    edges += [
+        Edge(enc_top, "memory"),
         Edge("memory", "decoder", "$K, V$", kind="read", side="above"),
         Edge("tgt", "tgt_embed"),
         Edge("tgt_embed", "decoder", r"$(B, L_q, d_{\mathrm{model}})$", side="right"),
-        Edge("decoder", "head"),
-        Edge("head", "probs"),
-    )
+    ]
+    if norm_first:
+        edges.append(Edge("decoder", "dec_norm"))
+    edges += [Edge(dec_top, "head"), Edge("head", "probs")]
+    if tied:
+        edges.append(Edge("tgt_embed", "head", "tied", kind="read", side="on", around=True,
+                          lane=0.3))
+    # the memory's arrow passes right of the decoder's "x N" while the memory sits level
+    # with the linear layer; a final norm lifts the memory a row higher, and the arrow would
+    # cross the label in the box's top left corner: then the label goes left of the box
     regions = (Region(r"$\times N$", ("encoder",), style="repeat", pad=0.12),
-               Region(r"$\times N$", ("decoder",), style="repeat", pad=0.12))
-    alt = ("Diagram: the Transformer encoder-decoder, read bottom to top. The source tokens "
-           "are embedded with their positions and pass N encoder blocks into the memory; the "
-           "target tokens, shifted right, are embedded and pass N decoder blocks, whose "
-           "cross-attention takes its keys and values from the memory; a linear layer and a "
+               Region(r"$\times N$", ("decoder",), style="repeat", pad=0.12,
+                      label_at="left" if norm_first else "top"))
+    final = ", then a final layer norm," if norm_first else ""
+    if rotary:
+        embedded = ("embedded, scaled by the square root of d_model with no position added, "
+                    "and pass N encoder blocks")
+        target = "embedded the same way and pass N decoder blocks"
+    else:
+        embedded = "embedded with their positions and pass N encoder blocks"
+        target = "embedded and pass N decoder blocks"
+    alt = (f"Diagram: the Transformer encoder-decoder,{' pre-norm,' if norm_first else ''} "
+           f"read bottom to top. The source tokens are {embedded}{final} into the memory; "
+           f"the target tokens, shifted right, are {target}, whose cross-attention takes its "
+           f"keys and values from the memory{final.rstrip(',')}; a linear layer and a "
            "softmax give the probabilities of the next token.")
-    return Diagram("encoder_decoder", nodes, edges, regions, alt=alt, height=4.9)
+    if rotary:
+        alt += (" Rotary positions: the self-attention in every block rotates its queries and "
+                "keys by their positions; cross-attention is not rotated.")
+    if tied:
+        alt += (" The linear layer is tied to the target embedding: a dashed arrow marked "
+                "tied shows that it uses the embedding's matrix.")
+    name = ("encoder_decoder" + ("_pre_norm" if norm_first else "") + ("_rotary" if rotary
+            else "") + ("_tied" if tied else ""))
+    return Diagram(name, tuple(nodes), tuple(edges), regions, alt=alt,
+                   height=round(probs_y + 0.5, 3))
 
 
 #: name -> builder with its default arguments, for tests and for the closing note's list.
@@ -974,6 +1058,9 @@ BUILDERS = {
     "decoder_block_pre_norm": lambda: decoder_block(True),
     "decoder_block_post_norm": lambda: decoder_block(False),
     "encoder_decoder": encoder_decoder,
+    "encoder_decoder_pre_norm_tied": lambda: encoder_decoder(norm_first=True, tied=True),
+    "encoder_decoder_pre_norm_rotary_tied": lambda: encoder_decoder(
+        norm_first=True, positions="rotary", tied=True),
     "self_attention_projections": self_attention_projections,
     "soft_lookup": soft_lookup,
     "rnn_encoder_decoder": rnn_encoder_decoder,

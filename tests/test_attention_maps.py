@@ -81,23 +81,30 @@ def test_rows_sum_to_one_and_masked_keys_get_nothing():
     assert (maps["decoder"][..., future] == 0).all()
 
 
-def test_the_weights_reproduce_the_last_cross_attention_output():
+@pytest.mark.parametrize("positional, stack, kind", [
+    ("sinusoidal", "decoder_layers", "cross"),
+    ("rotary", "encoder_layers", "encoder"),  # the recorded call carries the rotation
+    ("rotary", "decoder_layers", "decoder"),
+])
+def test_the_weights_reproduce_the_last_layers_attention_output(positional, stack, kind):
     """Weights times the values, through W_o, is the module's output: the weights are the
-    ones the model used."""
-    model = _model(False)
+    ones the model used (for a rotary model, with its queries and keys rotated)."""
+    model = _model(False, positional=positional)
     src, tgt, src_pad, _ = _batch(2)
     maps = transformer_attention_weights(model, src, tgt, src_pad)
-    attn = model.decoder_layers[-1].cross_attn
+    layer = getattr(model, stack)[-1]
+    attn = layer.cross_attn if kind == "cross" else layer.self_attn
     seen = {}
     handle = attn.register_forward_hook(lambda m, args, kwargs, out: seen.update(
         args=args, kwargs=kwargs, out=out[0]), with_kwargs=True)
     with torch.no_grad():
         model(src, tgt, src_padding=src_pad)
         handle.remove()
-        memory = seen["args"][1]  # (B, S, E)
-        v = attn._split_heads(attn.v_proj(memory))  # (B, h, S, d_head)
-        heads = maps["cross"][-1] @ v  # (B, h, T, d_head)
-        concat = heads.transpose(1, 2).reshape(B, T, -1)  # (B, T, E)
+        values = seen["args"][2]  # (B, L_k, E)
+        v = attn._split_heads(attn.v_proj(values))  # (B, h, L_k, d_head)
+        heads = maps[kind][-1] @ v  # (B, h, L_q, d_head)
+        L_q = heads.shape[2]
+        concat = heads.transpose(1, 2).reshape(B, L_q, -1)  # (B, L_q, E)
     torch.testing.assert_close(attn.out_proj(concat), seen["out"], atol=1e-12, rtol=0)
 
 

@@ -87,14 +87,69 @@ def test_beam_search_without_source_padding_equals_it_with_all_tokens_real():
         torch.testing.assert_close(plain[1], full[1], atol=1e-12, rtol=0)
 
 
-def test_beam_of_width_one_is_greedy_search():
-    """Consistency check between the two searches."""
+@pytest.mark.parametrize("alpha", [0.0, 0.7])
+def test_beam_of_width_one_returns_greedys_output_or_one_the_model_prefers(alpha):
+    """The live hypothesis of a width-1 beam follows greedy search, and finished ones only
+    win by scoring higher, so the result is greedy's output or has a higher model score (the
+    score recomputed by the teacher-forced forward pass)."""
     model = _model(seed=4)
     src, pad = _source(2)
     greedy = greedy_decode(model, src, BOS, EOS, 9, pad)
-    tokens, _ = beam_search(model, src, BOS, EOS, 9, beam_width=1, alpha=0.7, src_padding=pad)
+    tokens, scores = beam_search(model, src, BOS, EOS, 9, beam_width=1, alpha=alpha,
+                                 src_padding=pad)
+    same = 0
     for b, seq in enumerate(tokens):
-        assert greedy[b, 1:1 + len(seq)].tolist() == seq
+        ours = greedy[b, 1:].tolist()
+        ours = ours[:ours.index(EOS) + 1] if EOS in ours else ours
+        if seq == ours:
+            same += 1
+            continue
+        assert EOS in ours  # greedy finished within the steps, yet beam search differs
+        greedy_score = (_teacher_forced_logp(model, src[b:b + 1], pad[b:b + 1], ours)
+                        / length_penalty(len(ours), alpha))
+        assert float(scores[b]) > greedy_score
+    assert same >= 1  # not a vacuous comparison
+
+
+def test_label_smoothed_eos_cannot_cut_the_output_short():
+    """A model that gives eos the second-highest probability at every step: the old rule
+    (stop once the beam holds k finished hypotheses, which took live slots) returned a
+    cut-off output; beam search must return the long, far more probable one."""
+    V, L = 6, 5  # tokens 3, 4, 5 are words; the right output is 3 4 5 3 then eos
+
+    class Scripted(torch.nn.Module):
+        def forward(self, prefix):  # (N, n) -> log-probabilities (N, V) of the next token
+            n = prefix.shape[1]
+            logits = torch.full((prefix.shape[0], V), -9.0, dtype=torch.float64)
+            logits[:, EOS] = -2.0 if n <= L - 1 else 5.0
+            if n <= L - 1:
+                logits[:, [3, 4, 5, 3][n - 1]] = 5.0
+            return logits.log_softmax(-1)
+
+    script = Scripted()
+    from attention_src import decoding
+
+    class Stepper:
+        def __init__(self, *args, **kwargs):
+            self.prefix = None
+
+        def step(self, tokens):
+            self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], 1)
+            return script(self.prefix)
+
+        def reorder(self, index):
+            self.prefix = self.prefix.index_select(0, index)
+
+    model = _model(seed=1, v_tgt=V)
+    src, pad = _source(1, lens=(3,))
+    original = decoding._Stepper
+    decoding._Stepper = Stepper
+    try:
+        tokens, _ = beam_search(model, src, BOS, EOS, 8, beam_width=2, alpha=0.6,
+                                src_padding=pad)
+    finally:
+        decoding._Stepper = original
+    assert tokens == [[3, 4, 5, 3, EOS]]
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])

@@ -35,6 +35,16 @@ ALT_NAMES = {
     "encoder_decoder": ["source tokens", "n encoder blocks", "memory", "shifted right",
                         "n decoder blocks", "cross-attention", "keys and values",
                         "next token"],
+    "encoder_decoder_pre_norm_tied": [
+        "pre-norm", "source tokens", "with their positions", "n encoder blocks",
+        "then a final layer norm, into the memory", "n decoder blocks", "cross-attention",
+        "from the memory, then a final layer norm; a linear layer", "tied to the target "
+        "embedding", "dashed arrow marked tied", "embedding's matrix", "next token"],
+    "encoder_decoder_pre_norm_rotary_tied": [
+        "pre-norm", "scaled by the square root of d_model with no position added",
+        "n encoder blocks, then a final layer norm", "embedded the same way",
+        "rotary positions", "self-attention in every block rotates its queries and keys",
+        "cross-attention is not rotated", "dashed arrow marked tied", "next token"],
     "self_attention_projections": ["one sequence x", "w_q", "w_k", "w_v"],
     "soft_lookup": ["query q", "keys k_j", "softmax", "alpha_j", "values v_j"],
     "rnn_encoder_decoder": ["one fixed context vector c", "c_i", "h_j", "s_i",
@@ -301,6 +311,153 @@ def test_encoder_decoder_feeds_the_memory_to_every_decoder_block_only():
     assert [(r.members, r.label) for r in d.regions] == [
         (("encoder",), r"$\times N$"), (("decoder",), r"$\times N$")]
     assert d.node("memory").role == "memory" and d.node("probs").role == "output"
+
+
+#: SHA-256 of chapter 6's stored drawing, ``to_svg(encoder_decoder())``, taken before the
+#: chapter 10 options existed: the defaults must still draw exactly this.
+ENCODER_DECODER_SVG_SHA256 = "c7ca67b0bae98157a837b0a13d2f4795315001f5bd78a460b161244a6f8405a8"
+
+
+def test_encoder_decoder_defaults_draw_chapter_6s_svg_byte_for_byte(svgs):
+    import hashlib
+
+    assert hashlib.sha256(svgs["encoder_decoder"].encode()).hexdigest() == \
+        ENCODER_DECODER_SVG_SHA256
+    explicit = D.encoder_decoder(norm_first=False, positions="sinusoidal", tied=False)
+    assert explicit == D.encoder_decoder() and explicit.name == "encoder_decoder"
+
+
+def _variants():
+    return [(nf, pos, tied) for nf in (False, True) for pos in ("sinusoidal", "rotary")
+            for tied in (False, True)]
+
+
+@pytest.mark.parametrize(("norm_first", "positions", "tied"), _variants())
+def test_encoder_decoder_variants_draw_final_norms_positions_and_tie(norm_first, positions,
+                                                                     tied):
+    d = D.encoder_decoder(norm_first=norm_first, positions=positions, tied=tied)
+    rotary = positions == "rotary"
+    ids = {n.id for n in d.nodes}
+    # pre-norm: one final layer norm after each stack, on the path to the memory and to the
+    # linear layer; post-norm: none (the blocks end with theirs)
+    if norm_first:
+        _data_path(d, ["src", "src_embed", "encoder", "enc_norm", "memory"])
+        _data_path(d, ["tgt", "tgt_embed", "decoder", "dec_norm", "head", "probs"])
+        assert d.roles()["norm"] == ["enc_norm", "dec_norm"]
+        assert [d.node(n).label for n in ("enc_norm", "dec_norm")] == ["final norm"] * 2
+        assert d.node("encoder").y < d.node("enc_norm").y < d.node("memory").y
+        assert d.node("decoder").y < d.node("dec_norm").y < d.node("head").y
+    else:
+        _data_path(d, ["src", "src_embed", "encoder", "memory"])
+        _data_path(d, ["tgt", "tgt_embed", "decoder", "head", "probs"])
+        assert "norm" not in d.roles() and not ids & {"enc_norm", "dec_norm"}
+    # the memory is read by the decoder blocks only, and the final norms are outside x N
+    assert [(e.dst, e.kind) for e in d.edges_from("memory")] == [("decoder", "read")]
+    assert [r.members for r in d.regions] == [("encoder",), ("decoder",)]
+    assert not _reaches(d, "tgt", "memory", kinds=("data", "read"))
+    # positions: added to the embeddings, or rotary in every block's self-attention
+    for embed in ("src_embed", "tgt_embed"):
+        label = d.node(embed).label
+        assert ("position" in label) != rotary
+        assert (label == "embed \u00d7 \u221a$d_{\\mathrm{model}}$") == rotary
+    for block, word in (("encoder", "encoder block"), ("decoder", "decoder block")):
+        label = d.node(block).label
+        assert label.startswith(word)
+        assert ("rotary $q$, $k$" in label and "self-attention" in label) == rotary
+    # tied: one dashed arrow from the target embedding to the output layer, around the
+    # decoder's column
+    tie = [e for e in d.edges if e.dst == "head" and e.src != ("dec_norm" if norm_first
+                                                              else "decoder")]
+    if tied:
+        assert tie == [d.edge("tgt_embed", "head")]
+        assert (tie[0].kind, tie[0].label, tie[0].around) == ("read", "tied", True)
+    else:
+        assert tie == []
+    assert not any(e.src == "src_embed" and e.dst == "head" for e in d.edges)
+    # the alt text says exactly what is drawn
+    alt = d.alt.lower()
+    assert alt.startswith("diagram: the transformer encoder-decoder,")
+    assert ("final layer norm" in alt) == norm_first == ("pre-norm" in alt)
+    assert ("rotary" in alt) == rotary == ("no position added" in alt)
+    assert ("with their positions" in alt) != rotary
+    assert ("tied" in alt) == tied == ("dashed arrow marked tied" in alt)
+    assert d.name == ("encoder_decoder" + "_pre_norm" * norm_first + "_rotary" * rotary
+                      + "_tied" * tied)
+    assert D.layout_problems(D.render(d)) == []
+
+
+@pytest.mark.parametrize(("norm_first", "positions", "tied"), _variants())
+def test_no_arrow_of_the_encoder_decoder_runs_through_another_arrows_or_regions_label(
+        norm_first, positions, tied):
+    # layout_problems checks labels against boxes and labels, not against lines: the memory's
+    # arrow, lifted by a final norm or a taller block, would cross the decoder's "x N"
+    from matplotlib.patches import FancyArrowPatch
+    from matplotlib.path import Path
+
+    d = D.encoder_decoder(norm_first=norm_first, positions=positions, tied=tied)
+    fig = D.render(d)
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    texts = fig.diagram_artists["edge_labels"] + fig.diagram_artists["region_labels"]
+    own = dict(zip([e for e in d.edges if e.label], fig.diagram_artists["edge_labels"],
+                   strict=True))
+    crossings = []
+    for edge, arrow in zip(d.edges, arrows, strict=True):
+        path = arrow.get_path()
+        n = 1 + list(path.codes[1:]).index(Path.MOVETO)  # the shaft, without its head
+        shaft = ax.transData.transform_path(Path(path.vertices[:n], path.codes[:n]))
+        crossings += [(edge.src, edge.dst, t.get_text()) for t in texts
+                      if t is not own.get(edge)
+                      and shaft.intersects_bbox(t.get_window_extent(renderer), filled=False)]
+    assert crossings == []
+
+
+def test_the_tie_is_drawn_dashed_around_the_decoder_column():
+    from matplotlib.patches import FancyArrowPatch
+
+    d = D.encoder_decoder(norm_first=True, tied=True)
+    fig = D.render(d)
+    arrows = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == len(d.edges)
+    dashed = [a for a in arrows if a.get_linestyle() == "--"]
+    assert len(dashed) == 2  # the memory read by the decoder, and the tie
+    embed, head = d.node("tgt_embed"), d.node("head")
+    lane = D._residual_lane(d, embed, head, d.edge("tgt_embed", "head").lane)
+    # right of every box in the decoder's column between the two, and of its x N box
+    assert lane > max(n.box[2] for n in d.nodes) and lane > D._region_box(d, d.regions[1])[2]
+    tie = dashed[1].get_path().vertices
+    assert tie[:3].ravel().tolist() == pytest.approx([embed.box[2], embed.y, lane, embed.y,
+                                                      lane, head.y])
+    assert tie[3][1] == pytest.approx(head.y) and tie[3][0] <= head.box[2] + 0.05
+    # the tie's label sits on the lane, inside the canvas
+    (label,) = [t for t in fig.diagram_artists["edge_labels"] if t.get_text() == "tied"]
+    assert label.get_position()[0] == pytest.approx(lane)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"norm_first": "yes"}, TypeError, "norm_first must be a bool, got str 'yes'"),
+        ({"norm_first": 1}, TypeError, "norm_first must be a bool, got int 1"),
+        ({"tied": None}, TypeError, "tied must be a bool, got NoneType None"),
+        ({"positions": "learned"}, ValueError,
+         "positions must be 'sinusoidal' or 'rotary', got 'learned'"),
+        ({"positions": "Rotary"}, ValueError, "got 'Rotary'"),
+        ({"positions": None}, ValueError, "got None"),
+    ],
+    ids=["norm-first-str", "norm-first-int", "tied-none", "positions-learned",
+         "positions-case", "positions-none"],
+)
+def test_encoder_decoder_refuses_bad_options_by_name(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        D.encoder_decoder(**kwargs)
+
+
+def test_encoder_decoder_options_are_keyword_only():
+    with pytest.raises(TypeError, match="positional argument"):
+        D.encoder_decoder(True)
 
 
 def test_block_norm_first_must_be_a_bool():
@@ -670,6 +827,11 @@ def test_layout_problems_and_render_want_a_diagram():
 def test_bad_input_is_named(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_edge_around_must_be_a_bool():
+    with pytest.raises(TypeError, match="edge 'a' -> 'b': around must be a bool, got str"):
+        D.Edge("a", "b", around="yes")
 
 
 def test_lookups_name_what_is_missing():
