@@ -207,6 +207,7 @@ REQUIRED_DIAGRAMS = {
     "07_cnn_rnn_comparison": ["receptive_fields"],
     "08_graph_attention": ["node_neighbourhood"],
     "09_efficient_attention": ["flash_tiling", "kv_cache_growth"],
+    "10_transformer_end_to_end": ["encoder_decoder"],
 }
 #: Issue 22's interactive figures, by chapter (the stored figure's ``data-interactive`` name).
 REQUIRED_INTERACTIVE = {
