@@ -9,6 +9,10 @@ full-page screenshot of each page is kept under ``_build/screenshots/``. Further
 search page finds "softmax" in chapters 2 and 3, the dark-mode switch changes the theme, each
 chapter's download button offers its notebook, and every internal link and anchor of the built
 site resolves.
+
+Each page is opened once at each width (``test_every_page_at_every_width``) and every check of
+that width runs on it; a failure names its page, width and check, and the other checks still
+run (``tests.browser.Problems``). One Chromium serves every test of a worker.
 """
 
 from __future__ import annotations
