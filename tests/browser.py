@@ -4,6 +4,11 @@ Every browser test (``tests/test_site.py``, ``tests/test_interactive_browser.py`
 ``tests/test_interactive_pages.py``) and ``tools/page_report.py`` open pages through these, so
 all of them run the same browser with the same flags and block every request that would leave
 the machine.
+
+The tests share one Chromium per pytest process (the session fixture ``chromium_session``,
+made visible to every test module by ``tests/conftest.py``), and open each page at each width
+once, running every check of that page there: ``Problems`` collects the failure of each check
+(which page, which width, which check) and reports them all at the end of the test.
 """
 
 from __future__ import annotations
@@ -33,6 +38,13 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require(required: Path, hint: str = "") -> None:
+    """Skip the test (fail it on CI) when ``required`` (e.g. the built site's ``index.html``)
+    does not exist; ``hint`` says how to make it."""
+    if not required.exists():
+        skip_or_fail(f"{required} is missing{': ' + hint if hint else ''}")
+
+
 @contextlib.contextmanager
 def chromium(required: Path | None = None, hint: str = "") -> Iterator[object]:
     """A launched headless Chromium (a playwright ``Browser``), closed on exit.
@@ -42,8 +54,8 @@ def chromium(required: Path | None = None, hint: str = "") -> Iterator[object]:
     """
     if not CHROMIUM.exists():
         skip_or_fail(f"{CHROMIUM} is missing (apt-get install chromium)")
-    if required is not None and not required.exists():
-        skip_or_fail(f"{required} is missing{': ' + hint if hint else ''}")
+    if required is not None:
+        require(required, hint)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -52,6 +64,42 @@ def chromium(required: Path | None = None, hint: str = "") -> Iterator[object]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="session")
+def chromium_session():
+    """One headless Chromium for every browser test of this pytest process (each xdist worker
+    launches its own): launching it per module or per test cost seconds each time."""
+    with chromium() as browser:
+        yield browser
+
+
+class Problems:
+    """The failures of several checks on one opened page, reported together.
+
+    ``with problems.check("name"):`` runs one check (a former test's body: its first failing
+    assertion ends that check, as it ended the test); a failure is recorded as
+    ``"<where>, <name>: <message>"`` and the next check still runs on the same page.
+    ``report()`` fails the test with every recorded failure.
+    """
+
+    def __init__(self, where: str):
+        self.where = where
+        self.failures: list[str] = []
+
+    @contextlib.contextmanager
+    def check(self, name: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:  # an assertion, or a playwright timeout or error (a skip or
+            # a pytest.fail is a BaseException, and passes through)
+            kind = "" if isinstance(exc, AssertionError) else f"{type(exc).__name__}: "
+            self.failures.append(f"{self.where}, {name}: {kind}{exc}")
+
+    def report(self) -> None:
+        if self.failures:
+            pytest.fail(f"{len(self.failures)} check(s) failed:\n\n"
+                        + "\n\n".join(self.failures), pytrace=False)
 
 
 def file_size(url: str) -> int:

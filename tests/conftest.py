@@ -14,6 +14,10 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+# One headless Chromium per pytest process for the browser tests (a fixture, not a hook; it
+# launches only when a browser test asks for it).
+from tests.browser import chromium_session  # noqa: F401
+
 # The unit tests run on tiny tensors, where PyTorch's intra-op threads only contend: with
 # ``pytest -n 2`` on two cores, two workers x two threads made the suite several times slower
 # (the small training test alone went from ~1 s to ~35 s). One thread per worker process.

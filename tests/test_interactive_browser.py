@@ -16,7 +16,7 @@ import pytest
 
 from attention_src import interactive as I
 from tests import interactive_checks as C
-from tests.browser import chromium, open_offline
+from tests.browser import open_offline
 from tests.toc import ROOT
 
 pytestmark = pytest.mark.browser
@@ -60,9 +60,8 @@ def _figures():
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
+def browser(chromium_session):
+    return chromium_session
 
 
 @pytest.fixture(scope="module")

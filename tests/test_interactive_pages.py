@@ -25,7 +25,7 @@ import pytest
 
 from attention_src.interactive import RENDERER_JS
 from tests import interactive_checks as C
-from tests.browser import chromium, open_offline
+from tests.browser import Problems, open_offline, require
 from tests.toc import ROOT, toc_entries
 
 pytestmark = pytest.mark.browser
@@ -70,38 +70,84 @@ def _html(nb: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with chromium(SITE / "index.html", "run make book") as b:
-        yield b
+def browser(chromium_session):
+    require(SITE / "index.html", "run make book")
+    return chromium_session
 
 
-@pytest.mark.parametrize("notebook", sorted(WITH_FIGURES), ids=lambda p: p.stem)
-def test_each_figure_on_its_page_shows_what_the_notebook_computed(browser, notebook):
+def _check_figures(page, notebook, errors, blocked):
+    """Each interactive figure is drawn by the site's one renderer, carries the JSON its
+    notebook cell stored, and responds with the numbers the notebook computed; a screenshot of
+    each is kept; the page stays 390 px wide, fetched nothing and logged no console error."""
     expected = WITH_FIGURES[notebook]
+    assert page.locator("script[src*='_static/interactive.js']").count() == 1
+    assert page.locator("script[data-interactive-renderer]").count() == 0, (
+        "the inline renderer was not removed from the built page")
+    boxes = page.locator("div[data-interactive]")
+    assert boxes.count() == len(expected)
+    KEEP.mkdir(parents=True, exist_ok=True)
+    for i, (name, payload) in enumerate(expected):
+        box = boxes.nth(i)
+        assert box.get_attribute("data-interactive") == name
+        C.check_rendered(box)
+        assert C.payload_of(box) == payload
+        box.scroll_into_view_if_needed()
+        C.CHECKS[name](page, box, payload)
+        shot = KEEP / f"{notebook.stem}_{i}_{name}.png"
+        box.screenshot(path=str(shot))
+        assert shot.stat().st_size > 2_000, f"{shot} looks empty"
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert not blocked, f"requests that would leave the machine: {blocked}"
+    assert not errors, f"console errors: {errors}"
+
+
+def _check_diagrams(page, notebook, errors, blocked, exclude=slice(0, 0)):
+    """Each diagram is an SVG image with its own alt text, loaded, no wider than the phone's
+    column; a screenshot of each is kept; nothing fetched, no console error (but those of
+    ``errors[exclude]``, logged by the figure checks before it)."""
+    expected = WITH_DIAGRAMS[notebook]
+    images = page.locator("article img[alt^='Diagram:']")
+    assert images.count() == len(expected)
+    KEEP_DIAGRAMS.mkdir(parents=True, exist_ok=True)
+    for i, alt in enumerate(expected):
+        image = images.nth(i)
+        assert image.get_attribute("alt") == alt
+        assert image.get_attribute("src").endswith(".svg")
+        image.scroll_into_view_if_needed()
+        natural, shown = image.evaluate("i => [i.naturalWidth, i.clientWidth]")
+        assert natural > 0, f"diagram {i} did not load"
+        assert 0 < shown <= PHONE["width"]
+        shot = KEEP_DIAGRAMS / f"{notebook.stem}_{i}.png"
+        image.screenshot(path=str(shot))
+        assert shot.stat().st_size > 2_000, f"{shot} looks empty"
+    errors = errors[:exclude.start] + errors[exclude.stop:]
+    assert not blocked and not errors, (blocked, errors)
+
+
+@pytest.mark.parametrize("notebook", sorted(set(WITH_FIGURES) | set(WITH_DIAGRAMS)),
+                         ids=lambda p: p.stem)
+def test_each_figure_and_diagram_on_its_page(browser, notebook):
+    """The page of each notebook that stores interactive figures or diagrams, opened once at
+    390 px offline: ``_check_figures`` (where it has figures), then ``_check_diagrams`` (where
+    it has diagrams); every failure is reported, naming the page and the check."""
     errors: list[str] = []
     page, blocked = open_offline(browser, _html(notebook).as_uri(), errors, viewport=PHONE)
+    problems = Problems(f"{_html(notebook).relative_to(SITE)} at {PHONE['width']} px")
     try:
-        assert page.locator("script[src*='_static/interactive.js']").count() == 1
-        assert page.locator("script[data-interactive-renderer]").count() == 0, (
-            "the inline renderer was not removed from the built page")
-        boxes = page.locator("div[data-interactive]")
-        assert boxes.count() == len(expected)
-        KEEP.mkdir(parents=True, exist_ok=True)
-        for i, (name, payload) in enumerate(expected):
-            box = boxes.nth(i)
-            assert box.get_attribute("data-interactive") == name
-            C.check_rendered(box)
-            assert C.payload_of(box) == payload
-            box.scroll_into_view_if_needed()
-            C.CHECKS[name](page, box, payload)
-            shot = KEEP / f"{notebook.stem}_{i}_{name}.png"
-            box.screenshot(path=str(shot))
-            assert shot.stat().st_size > 2_000, f"{shot} looks empty"
-        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
-        assert not blocked, f"requests that would leave the machine: {blocked}"
-        assert not errors, f"console errors: {errors}"
+        before = len(errors)
+        if notebook in WITH_FIGURES:
+            with problems.check("interactive figures show what the notebook computed"):
+                _check_figures(page, notebook, errors, blocked)
+        during = len(errors)
+        if notebook in WITH_DIAGRAMS:
+            # the diagram check judges what it judged on a page of its own: the console errors
+            # of the page's load and of its own scrolling (those of the figure checks' presses
+            # failed the figure check above)
+            with problems.check("diagrams are SVG images with their alt text"):
+                _check_diagrams(page, notebook, errors, blocked, exclude=slice(before, during))
     finally:
         page.close()
+    problems.report()
 
 
 def test_the_site_serves_the_packages_renderer_only_where_a_figure_is():
@@ -120,26 +166,3 @@ def test_the_site_serves_the_packages_renderer_only_where_a_figure_is():
             f"{html.relative_to(SITE)} {'loads' if loads else 'does not load'} the renderer")
 
 
-@pytest.mark.parametrize("notebook", sorted(WITH_DIAGRAMS), ids=lambda p: p.stem)
-def test_each_diagram_on_its_page_is_an_svg_with_its_alt_text(browser, notebook):
-    expected = WITH_DIAGRAMS[notebook]
-    errors: list[str] = []
-    page, blocked = open_offline(browser, _html(notebook).as_uri(), errors, viewport=PHONE)
-    try:
-        images = page.locator("article img[alt^='Diagram:']")
-        assert images.count() == len(expected)
-        KEEP_DIAGRAMS.mkdir(parents=True, exist_ok=True)
-        for i, alt in enumerate(expected):
-            image = images.nth(i)
-            assert image.get_attribute("alt") == alt
-            assert image.get_attribute("src").endswith(".svg")
-            image.scroll_into_view_if_needed()
-            natural, shown = image.evaluate("i => [i.naturalWidth, i.clientWidth]")
-            assert natural > 0, f"diagram {i} did not load"
-            assert 0 < shown <= PHONE["width"]
-            shot = KEEP_DIAGRAMS / f"{notebook.stem}_{i}.png"
-            image.screenshot(path=str(shot))
-            assert shot.stat().st_size > 2_000, f"{shot} looks empty"
-        assert not blocked and not errors, (blocked, errors)
-    finally:
-        page.close()
