@@ -31,6 +31,17 @@ from attention_src.transformer import (
     to_torch_encoder_layer,
     to_torch_transformer,
 )
+from tests.test_transformer_model import (  # the same sizes and batch
+    FF,
+    V_SRC,
+    V_TGT,
+    B,
+    E,
+    H,
+    S,
+    T,
+    _batch,
+)
 
 try:  # the reference implementation, when installed
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half
@@ -50,10 +61,7 @@ except ImportError:  # a transcription of the two functions of transformers' mod
         return q_embed, k_embed
 
 
-V_SRC, V_TGT, E, H, FF = 11, 13, 16, 4, 24
 D = E // H  # d_head
-B, S, T = 3, 7, 5
-SRC_LENS, TGT_LENS = [7, 4, 2], [5, 3, 1]
 
 
 @torch.no_grad()
@@ -68,15 +76,6 @@ def _model(positional="rotary", norm_first=False, num_layers=1, seed=0):
             noise = torch.randn(p.shape, generator=g, dtype=torch.float64)
             p.copy_(1.0 + 0.3 * noise if "norm" in name and "weight" in name else noise)
     return model.double().eval()
-
-
-def _batch(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(0, V_SRC, (B, S), generator=g)
-    tgt = torch.randint(0, V_TGT, (B, T), generator=g)
-    src_pad = torch.arange(S) < torch.tensor(SRC_LENS)[:, None]  # (B, S), True = real
-    tgt_pad = torch.arange(T) < torch.tensor(TGT_LENS)[:, None]  # (B, T)
-    return src, tgt, src_pad, tgt_pad
 
 
 # ------------------------------------------------------------------ the reference
