@@ -9,6 +9,9 @@ head.
 >>> from attention_src.attention_maps import transformer_attention_weights  # doctest: +SKIP
 >>> maps = transformer_attention_weights(model, src, tgt, src_padding)      # doctest: +SKIP
 >>> maps["cross"].shape  # (layers, B, heads, T, S)                          # doctest: +SKIP
+
+:func:`attention_rollout` (Abnar & Zuidema, 2020) composes the layers' weights into one map
+from the last layer back to the input tokens.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from torch import nn
 
 from attention_src.transformer import Transformer
 
-__all__ = ["transformer_attention_weights"]
+__all__ = ["transformer_attention_weights", "attention_rollout"]
 
 
 def transformer_attention_weights(
@@ -72,3 +75,44 @@ def transformer_attention_weights(
         for handle in handles:
             handle.remove()
         model.train(was_training)
+
+
+def attention_rollout(weights: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each output position draws on each
+    input token when the layers' attention is followed down through the residual stream.
+
+    Each layer's weights are averaged over heads, the residual connection is added as
+    attention to oneself, ``A_l = (1 - residual) * mean_h(W_l) + residual * I`` (rows
+    renormalised to sum to 1), and the layers are multiplied from the last down:
+    ``R = A_N @ ... @ A_1``. It ignores the values, the output projections, the feed-forward
+    sublayers and the layer norms, so it is a heuristic, not what the model computes.
+
+    Args:
+        weights: ``(N, B, h, L, L)`` attention weights of ``N`` layers, each row summing to 1
+            (a padded key's column is 0), e.g. from ``MiniLM.attention_weights``.
+        residual: weight of the identity in ``[0, 1)``; 0.5 as in the paper.
+
+    Returns:
+        ``(B, L, L)``: row ``i`` is a distribution over the input tokens for output
+        position ``i`` (rows of padded queries mean nothing).
+
+    Raises:
+        TypeError: ``weights`` is not a floating tensor.
+        ValueError: ``weights`` is not ``(N, B, h, L, L)``, or ``residual`` is outside
+            ``[0, 1)``.
+    """
+    if not isinstance(weights, torch.Tensor) or not torch.is_floating_point(weights):
+        raise TypeError(f"weights must be a floating torch.Tensor, got "
+                        f"{getattr(weights, 'dtype', type(weights).__name__)}")
+    if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be (N, B, h, L, L), got shape {tuple(weights.shape)}")
+    if isinstance(residual, bool) or not 0.0 <= residual < 1.0:
+        raise ValueError(f"residual must be in [0, 1), got {residual!r}")
+    L = weights.shape[-1]
+    eye = torch.eye(L, dtype=weights.dtype, device=weights.device)  # (L, L)
+    mixed = (1 - residual) * weights.mean(dim=2) + residual * eye  # (N, B, L, L)
+    mixed = mixed / mixed.sum(dim=-1, keepdim=True)
+    rollout = mixed[0]  # (B, L, L)
+    for layer in mixed[1:]:
+        rollout = layer @ rollout  # the higher layer reads the lower layer's mixture
+    return rollout

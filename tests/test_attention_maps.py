@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_src.attention_maps import transformer_attention_weights
+from attention_src.attention_maps import attention_rollout, transformer_attention_weights
 from attention_src.softmax import causal_mask
 from attention_src.transformer import to_torch_transformer
 from tests.test_transformer_model import SRC_LENS, B, H, N, S, T, _batch, _model
@@ -126,3 +126,51 @@ def test_bad_input_is_named():
     with pytest.raises(TypeError, match="int64"):
         transformer_attention_weights(model, src.float(), tgt)
     assert not any(m._forward_pre_hooks for m in model.modules())  # removed after an error
+
+
+# -- attention rollout (Abnar & Zuidema, 2020) -----------------------------------------------
+
+def test_rollout_of_a_hand_computed_two_layer_case():
+    # layer 1: token 0 reads itself, token 1 reads token 0; layer 2: both read token 1
+    w1 = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    w2 = torch.tensor([[0.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
+    weights = torch.stack([w1, w2])[:, None, None]  # (N=2, B=1, h=1, 2, 2)
+    # with residual 1/2: A1 = [[1, 0], [.5, .5]], A2 = [[.5, .5], [0, 1]]
+    # R = A2 @ A1 = [[.75, .25], [.5, .5]]
+    expected = torch.tensor([[[0.75, 0.25], [0.5, 0.5]]], dtype=torch.float64)
+    assert torch.allclose(attention_rollout(weights), expected, atol=1e-15)
+    # without the residual it is the plain product: both rows end on token 0
+    assert torch.allclose(attention_rollout(weights, residual=0.0),
+                          torch.tensor([[[1.0, 0.0], [1.0, 0.0]]], dtype=torch.float64))
+
+
+def test_rollout_averages_heads_and_keeps_rows_distributions():
+    g = torch.Generator().manual_seed(0)
+    weights = torch.softmax(torch.randn(3, 2, 4, 5, 5, generator=g, dtype=torch.float64), -1)
+    r = attention_rollout(weights)
+    assert r.shape == (2, 5, 5)
+    assert (r.sum(-1) - 1).abs().max().item() < 1e-12 and bool((r >= 0).all())
+    # the heads enter only through their mean
+    same_mean = weights.mean(2, keepdim=True).expand_as(weights)
+    assert torch.allclose(attention_rollout(same_mean), r, atol=1e-14)
+    # one layer: (1 - residual) * mean + residual * I
+    one = attention_rollout(weights[:1], residual=0.25)
+    assert torch.allclose(one, 0.75 * weights[0].mean(1) + 0.25 * torch.eye(5,
+                                                                              dtype=torch.float64))
+
+
+@pytest.mark.parametrize("bad, error", [
+    (torch.ones(2, 1, 1, 3, 3, dtype=torch.int64), TypeError),
+    ([[1.0]], TypeError),
+    (torch.ones(1, 1, 3, 3), ValueError),
+    (torch.ones(1, 1, 1, 3, 4), ValueError),
+])
+def test_rollout_rejects_bad_weights(bad, error):
+    with pytest.raises(error, match="weights"):
+        attention_rollout(bad)
+
+
+@pytest.mark.parametrize("residual", [1.0, -0.1, True])
+def test_rollout_rejects_a_bad_residual(residual):
+    with pytest.raises(ValueError, match="residual"):
+        attention_rollout(torch.ones(1, 1, 1, 2, 2) / 2, residual=residual)
