@@ -42,7 +42,7 @@ __all__ = [
     "scaled_dot_product_graph", "multi_head", "encoder_block", "decoder_block",
     "encoder_decoder", "self_attention_projections", "soft_lookup", "rnn_encoder_decoder",
     "band_window", "flash_tiling", "kv_cache_growth", "node_neighbourhood",
-    "receptive_fields",
+    "receptive_fields", "pretrained_encoder",
 ]
 
 #: Every role a box can have; one colour (and fill) per role, the same in every diagram.
@@ -1049,6 +1049,45 @@ def encoder_decoder(*, norm_first: bool = False, positions: str = "sinusoidal",
                    height=round(probs_y + 0.5, 3))
 
 
+def pretrained_encoder() -> Diagram:
+    """Chapter 11: all-MiniLM-L6-v2 as the book builds it, bottom to top: the word pieces'
+    three learned vectors (word piece, position, segment) summed and layer-normed, six
+    post-norm encoder blocks reading only the real tokens (the key mask hides the padding),
+    then the mean over the real tokens, normalised to length 1: the sentence vector."""
+    cx = 2.7
+    nodes = (
+        Node("tokens", "[CLS] word pieces [SEP]", "input", cx, 0.4, w=3.0),
+        Node("word", "word piece\n30522 × 384", "operation", 0.95, 1.35, w=1.55, h=0.6),
+        Node("position", "position\n512 × 384", "operation", cx, 1.35, w=1.45, h=0.6),
+        Node("segment", "segment\n2 × 384", "operation", 4.4, 1.35, w=1.3, h=0.6),
+        Node("sum", "$+$", "operation", cx, 2.2, w=0.5, h=0.4),
+        Node("embed_norm", "layer norm", "norm", cx, 2.85, w=1.9),
+        Node("block", "encoder block\npost-norm, 12 heads", "operation", cx, 3.85, w=2.3,
+             h=0.6),
+        Node("mask", "key mask $m$", "mask", 0.75, 3.85, w=1.3),
+        Node("pool", "mean over\nreal tokens", "operation", cx, 5.05, w=1.9, h=0.6),
+        Node("normalise", "divide by its norm", "operation", cx, 5.85, w=2.3),
+        Node("vector", "sentence vector (384)", "output", cx, 6.6, w=2.6),
+    )
+    edges = (
+        Edge("tokens", "word"), Edge("tokens", "position"), Edge("tokens", "segment"),
+        Edge("word", "sum"), Edge("position", "sum"), Edge("segment", "sum"),
+        Edge("sum", "embed_norm"),
+        Edge("embed_norm", "block", "$(B, L, 384)$", side="right"),
+        Edge("mask", "block"),
+        Edge("block", "pool"),
+        Edge("pool", "normalise"), Edge("normalise", "vector"),
+    )
+    regions = (Region(r"$\times 6$", ("block",), style="repeat", pad=0.12),)
+    alt = ("Diagram: all-MiniLM-L6-v2 read bottom to top. Each word piece, from [CLS] to "
+           "[SEP], gets three learned vectors, for the word piece, its position and its "
+           "segment; they are summed and layer-normed into a (B, L, 384) tensor, which passes "
+           "6 post-norm encoder blocks of 12 heads whose key mask m hides the padding; the "
+           "mean over the real tokens, divided by its norm, is the sentence vector of 384 "
+           "numbers.")
+    return Diagram("pretrained_encoder", nodes, edges, regions, alt=alt, height=7.0)
+
+
 #: name -> builder with its default arguments, for tests and for the closing note's list.
 BUILDERS = {
     "scaled_dot_product_graph": scaled_dot_product_graph,
@@ -1069,4 +1108,5 @@ BUILDERS = {
     "kv_cache_growth": kv_cache_growth,
     "node_neighbourhood": node_neighbourhood,
     "receptive_fields": receptive_fields,
+    "pretrained_encoder": pretrained_encoder,
 }

@@ -59,6 +59,9 @@ ALT_NAMES = {
     "receptive_fields": ["causal convolutions", "all 5 inputs, the first through 2 layers",
                          "recurrent chain",
                          "through 5 steps", "self-attention", "every input directly"],
+    "pretrained_encoder": ["word piece", "position", "segment", "summed and layer-normed",
+                           "(b, l, 384)", "6 post-norm encoder blocks", "key mask m",
+                           "padding", "mean over the real tokens", "sentence vector"],
     "node_neighbourhood": ["node i is the query", "neighbours 1 to 4", "alpha_ij", "itself",
                            "no weight"],
 }
@@ -849,3 +852,21 @@ def test_diagrams_are_frozen_and_take_lists():
     assert isinstance(d.nodes, tuple) and isinstance(d.edges, tuple)
     with pytest.raises(AttributeError, match="cannot assign"):
         d.name = "u"
+
+
+def test_pretrained_encoder_sums_three_embeddings_masks_keys_and_pools():
+    d = D.pretrained_encoder()
+    assert {e.src for e in d.edges_to("sum")} == {"word", "position", "segment"}
+    assert [e.dst for e in d.edges_from("sum")] == ["embed_norm"]
+    assert d.node("embed_norm").role == "norm" and d.node("mask").role == "mask"
+    assert {e.src for e in d.edges_to("block")} == {"embed_norm", "mask"}
+    (repeat,) = d.regions
+    assert repeat.members == ("block",) and repeat.style == "repeat" and "6" in repeat.label
+    # the chain from the block to the sentence vector: pool, normalise, output
+    chain, node = [], "block"
+    while d.edges_from(node):
+        (edge,) = d.edges_from(node)
+        node = edge.dst
+        chain.append(node)
+    assert chain == ["pool", "normalise", "vector"] and d.node("vector").role == "output"
+    assert "post-norm" in d.node("block").label and "12 heads" in d.node("block").label
