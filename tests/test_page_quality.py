@@ -214,8 +214,8 @@ REQUIRED_INTERACTIVE = {
     "03_scaled_dot_product": ["softmax_temperature"],
     "04_self_attention": ["attention_explorer"],
     "05_multi_head": ["head_explorer"],
-    "11_pretrained_transformer": ["head_explorer"],
     "09_efficient_attention": ["online_softmax_steps"],
+    "11_pretrained_transformer": ["head_explorer"],
 }
 
 
