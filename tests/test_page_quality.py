@@ -215,6 +215,7 @@ REQUIRED_INTERACTIVE = {
     "04_self_attention": ["attention_explorer"],
     "05_multi_head": ["head_explorer"],
     "09_efficient_attention": ["online_softmax_steps"],
+    "11_pretrained_transformer": ["head_explorer"],
 }
 
 
