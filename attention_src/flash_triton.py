@@ -56,13 +56,13 @@ if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
 try:
     import triton
     import triton.language as tl
-except ImportError as err:  # pragma: no cover - the test file skips without Triton
+except ImportError as err:
     raise ImportError(
         "attention_src.flash_triton needs Triton, which is not installed: "
         "pip install triton (the rest of attention_src works without it)"
     ) from err
 
-__all__ = ["flash_attention", "FlashConfig", "default_config", "INTERPRETED", "HEAD_DIMS",
+__all__ = ["flash_attention", "flash_attention_lse", "FlashConfig", "default_config", "INTERPRETED", "HEAD_DIMS",
            "DTYPES"]
 
 #: True when the kernels run in Triton's interpreter (CPU tensors), False when they are
@@ -506,9 +506,21 @@ def _check_inputs(query, key, value, causal, scale) -> float:
     return float(scale)
 
 
-def _flash(query, key, value, causal, scale, block_m, block_n):
-    """``(output (B, h, L_q, d), lse (B, h, L_q) float32)``: :func:`flash_attention` with the
-    log-sum-exp of each query's scaled scores (natural log) as well."""
+def flash_attention_lse(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`flash_attention`, and the log-sum-exp the forward kernel saves.
+
+    Same arguments. Returns ``output (B, h, L_q, d)`` (differentiable) and ``lse (B, h,
+    L_q)``, float32, not differentiable: ``l_i = log sum_j exp(scale * q_i . k_j)`` over the
+    keys query ``i`` sees, in natural-log units (``-inf`` when there is no key)."""
     scale = _check_inputs(query, key, value, causal, scale)
     B, h, L_q, d = query.shape
     L_k = key.shape[2]
@@ -519,7 +531,8 @@ def _flash(query, key, value, causal, scale, block_m, block_n):
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients
         zeros = query.new_zeros(B, h, L_q, d) + 0 * (query.sum() + key.sum() + value.sum())
-        return zeros, torch.zeros(B, h, L_q, dtype=torch.float32, device=query.device)
+        lse = torch.full((B, h, L_q), -math.inf, device=query.device)  # log of an empty sum
+        return zeros, lse
     dtype = _kernel_dtype(query.dtype)
     # (B, h, L, d) -> (B * h, L, d), contiguous, in the kernels' dtype
     q = query.reshape(B * h, L_q, d).to(dtype).contiguous()  # (BH, L_q, d)
@@ -567,4 +580,5 @@ def flash_attention(
             kernels cannot run on, ``causal`` with ``L_q != L_k``, ``scale <= 0``, a block
             size that is not a power of two >= 16.
     """
-    return _flash(query, key, value, causal, scale, block_m, block_n)[0]
+    return flash_attention_lse(query, key, value, causal, scale, block_m=block_m,
+                               block_n=block_n)[0]
