@@ -62,8 +62,8 @@ except ImportError as err:
         "pip install triton (the rest of attention_src works without it)"
     ) from err
 
-__all__ = ["flash_attention", "flash_attention_lse", "FlashConfig", "default_config", "INTERPRETED", "HEAD_DIMS",
-           "DTYPES"]
+__all__ = ["flash_attention", "flash_attention_lse", "FlashConfig", "default_config",
+           "INTERPRETED", "HEAD_DIMS", "DTYPES", "GPU_CONFIGS", "INTERPRETER_CONFIG"]
 
 #: True when the kernels run in Triton's interpreter (CPU tensors), False when they are
 #: compiled for the GPU (CUDA tensors).
@@ -261,10 +261,10 @@ def _backward_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # the sums dK_J, dV_J
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
 
-    # causal: the query blocks before the one holding key block_j * BLOCK_N see none of
-    # these keys (query i sees key j only if j <= i); the loop starts at that block
+    # causal: query i sees key j only if j <= i, so the queries before this block's first
+    # key, block_j * BLOCK_N, see none of its keys; the loop starts there
     if CAUSAL:
-        start = (block_j * BLOCK_N // BLOCK_M) * BLOCK_M
+        start = block_j * BLOCK_N
     else:
         start = 0
     for start_m in range(start, L_q, BLOCK_M):
@@ -276,7 +276,9 @@ def _backward_dkdv_kernel(
         lse = tl.load(LSE + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), l_I
         delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), D_I
 
-        # recompute P_IJ = exp(S_IJ - l_I), in base 2, and zero it where hidden
+        # recompute P_IJ = exp(S_IJ - l_I), in base 2, and zero it where hidden: the weights
+        # of the forward pass exactly (rows and keys outside the tensors read zeros from Q,
+        # dO, K and V and would add nothing anyway; the mask says so explicitly)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N)
         p = tl.exp2(scores - lse[:, None] * 1.4426950408889634)  # (BLOCK_M, BLOCK_N)
         visible = row_ok[:, None] & key_ok[None, :]
@@ -458,7 +460,7 @@ def _check_block(name: str, value: object) -> int:
 def _check_inputs(query, key, value, causal, scale) -> float:
     """Validate the inputs of :func:`flash_attention`; return the scale as a float."""
     for name, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor(name, t, min_rank=4)
+        check_tensor(name, t, min_rank=0)  # a tensor, floating point
         if t.dim() != 4:
             raise ValueError(f"{name} must have shape (B, h, L, d), 4 dimensions, got shape "
                              f"{tuple(t.shape)}")
