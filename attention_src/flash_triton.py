@@ -29,8 +29,10 @@ joins the scale and the kernels call ``exp2``, which GPUs compute natively.
 **On the CPU.** Triton's interpreter (``TRITON_INTERPRET=1``) runs the same kernels on CPU
 tensors with NumPy, one program after another: slow, exact enough to test against PyTorch,
 and how the book runs these kernels on a machine without a GPU. The variable is read when a
-kernel is defined, so this module sets ``TRITON_INTERPRET=1`` itself, *before* defining its
-kernels, when PyTorch sees no CUDA device and the variable is unset. :data:`INTERPRETED` says
+kernel is defined (Triton's own, such as ``tl.zeros``, when Triton is imported), so this
+module sets ``TRITON_INTERPRET=1`` itself, *before* importing Triton, when PyTorch sees no
+CUDA device and the variable is unset (an ``ImportError`` says so if Triton was imported
+earlier without it: set the variable first). :data:`INTERPRETED` says
 which way the kernels run: interpreted, they take CPU tensors; compiled, CUDA tensors only.
 NumPy has no bfloat16, so under the interpreter bfloat16 inputs are computed from float32
 copies of their (exactly representable) values and the results rounded to bfloat16; on a GPU
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import NamedTuple
 
 import torch
@@ -51,6 +54,11 @@ import torch
 from attention_src.validation import check_same_device, check_same_dtype, check_tensor
 
 if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+    if sys.modules.get("triton") is not None:  # its own jit functions (tl.zeros...) compiled
+        raise ImportError(
+            "no CUDA device, and Triton was imported before TRITON_INTERPRET=1 was set, so "
+            "its language functions are not interpreted and these kernels cannot run: set "
+            "TRITON_INTERPRET=1 before importing triton (or anything that imports it)")
     os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit below: run on the CPU
 
 try:

@@ -32,6 +32,7 @@ import importlib.util
 import math
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,14 @@ def test_without_a_gpu_the_module_sets_triton_interpret_before_defining_kernels(
     with pytest.raises(ImportError, match="pip install triton"):
         _load_copy(monkeypatch)
     assert os.environ["TRITON_INTERPRET"] == "0"
+
+
+def test_triton_imported_before_the_variable_is_an_import_error(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    spec = importlib.util.spec_from_file_location(
+        "flash_triton_copy", ROOT / "attention_src" / "flash_triton.py")
+    with pytest.raises(ImportError, match="Triton was imported before TRITON_INTERPRET=1"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert "TRITON_INTERPRET" not in os.environ
