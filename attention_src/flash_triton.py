@@ -31,8 +31,9 @@ tensors with NumPy, one program after another: slow, exact enough to test agains
 and how the book runs these kernels on a machine without a GPU. The variable is read when a
 kernel is defined (Triton's own, such as ``tl.zeros``, when Triton is imported), so this
 module sets ``TRITON_INTERPRET=1`` itself, *before* importing Triton, when PyTorch sees no
-CUDA device and the variable is unset (an ``ImportError`` says so if Triton was imported
-earlier without it: set the variable first). :data:`INTERPRETED` says
+CUDA device and the variable is unset. PyTorch may have imported Triton already
+(``torch.utils.flop_counter`` does): then an ``ImportError`` says to set the variable first,
+before anything else is imported. :data:`INTERPRETED` says
 which way the kernels run: interpreted, they take CPU tensors; compiled, CUDA tensors only.
 NumPy has no bfloat16, so under the interpreter bfloat16 inputs are computed from float32
 copies of their (exactly representable) values and the results rounded to bfloat16; on a GPU
