@@ -84,7 +84,9 @@ HEAD_DIMS = (16, 128)
 #: The input dtypes the kernels accept.
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
+#: log2(e): exp(x) = exp2(x * LOG2_E). A ``tl.constexpr``, the only kind of global a kernel
+#: may read.
+LOG2_E = tl.constexpr(1.4426950408889634)
 
 
 class FlashConfig(NamedTuple):
@@ -127,7 +129,8 @@ def default_config(head_dim: int) -> FlashConfig:
 
 # ------------------------------------------------------------------------------ kernels
 # Every tensor is contiguous, with its (batch, head) pairs flattened into one axis ``bh``:
-# Q and O are (BH, L_q, d), K and V are (BH, L_k, d), the log-sum-exp LSE and D are (BH, L_q).
+# Q and O are (BH, L_q, d), K and V are (BH, L_k, d), the log-sum-exp LSE and D are (BH, L_q),
+# LSE in base 2 (l * log2(e)), the units of the kernels' scores.
 # Element (bh, i, c) of Q sits at Q + bh * L_q * d + i * d + c. Indices: i a query, j a key,
 # c a feature; I and J name blocks of queries and keys.
 
@@ -163,7 +166,7 @@ def _forward_kernel(
     # Q_I, loaded once; padding rows and features read 0, which changes no dot product
     q = tl.load(Q + rows[:, None] * d + cols[None, :],
                 mask=row_ok[:, None] & col_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
-    scale2 = scale * 1.4426950408889634  # scale * log2(e): scores in base 2
+    scale2 = scale * LOG2_E  # scores in base 2: exp(S) = exp2(S * log2(e))
 
     # the online softmax's state per query: m (running maximum, base 2), s (running sum of
     # exp2(S - m)), U (running sum of exp2(S - m) V, un-normalised output), all float32
@@ -206,13 +209,12 @@ def _forward_kernel(
         u = c[:, None] * u + pv
         m = m_new
 
-    # O_I = U / s, and the log-sum-exp l = m + log s of every query, in natural-log units:
-    # l = (m2 + log2 s) / log2(e) = (m2 + log2 s) * ln 2, what the backward pass recomputes
-    # P = exp(S - l) from
+    # O_I = U / s, and the log-sum-exp of every query, what the backward pass recomputes
+    # P = exp(S - l) from: l = m + log s, here in base 2 like m and the scores (l * log2(e))
     o = u / s[:, None]  # (BLOCK_M, BLOCK_D)
     tl.store(O + rows[:, None] * d + cols[None, :], o.to(O.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    tl.store(LSE + rows, (m + tl.log2(s)) * 0.6931471805599453, mask=row_ok)
+    tl.store(LSE + rows, m + tl.log2(s), mask=row_ok)
 
 
 @triton.jit
@@ -265,7 +267,7 @@ def _backward_dkdv_kernel(
     # K_J and V_J stay in registers for the whole loop: (BLOCK_N, BLOCK_D)
     k = tl.load(K + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
-    scale2 = scale * 1.4426950408889634  # scale * log2(e)
+    scale2 = scale * LOG2_E  # scores in base 2, as in the forward kernel
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # the sums dK_J, dV_J
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -282,14 +284,14 @@ def _backward_dkdv_kernel(
         q_mask = row_ok[:, None] & col_ok[None, :]
         q = tl.load(Q + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
         do = tl.load(DO + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
-        lse = tl.load(LSE + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), l_I
+        lse = tl.load(LSE + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), l_I in base 2
         delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), D_I
 
         # recompute P_IJ = exp(S_IJ - l_I), in base 2, and zero it where hidden: the weights
         # of the forward pass exactly (rows and keys outside the tensors read zeros from Q,
         # dO, K and V and would add nothing anyway; the mask says so explicitly)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N)
-        p = tl.exp2(scores - lse[:, None] * 1.4426950408889634)  # (BLOCK_M, BLOCK_N)
+        p = tl.exp2(scores - lse[:, None])  # (BLOCK_M, BLOCK_N)
         visible = row_ok[:, None] & key_ok[None, :]
         if CAUSAL:
             visible = visible & (keys[None, :] <= rows[:, None])
@@ -337,9 +339,9 @@ def _backward_dq_kernel(
     # Q_I, dO_I, l_I and D_I stay in registers for the whole loop
     q = tl.load(Q + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
     do = tl.load(DO + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
-    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
+    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), l_I in base 2
     delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
-    scale2 = scale * 1.4426950408889634
+    scale2 = scale * LOG2_E
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # the sum dQ_I
 
@@ -356,7 +358,7 @@ def _backward_dq_kernel(
 
         # recompute P_IJ = exp(S_IJ - l_I), zero where hidden, as in _backward_dkdv_kernel
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N)
-        p = tl.exp2(scores - lse[:, None] * 1.4426950408889634)
+        p = tl.exp2(scores - lse[:, None])
         visible = row_ok[:, None] & key_ok[None, :]
         if CAUSAL:
             visible = visible & (keys[None, :] <= rows[:, None])
@@ -392,7 +394,7 @@ def _forward(q, k, v, causal, scale, config):
     """Launch the forward kernel on contiguous ``q (BH, L_q, d)``, ``k, v (BH, L_k, d)``.
 
     Returns ``o (BH, L_q, d)`` in the inputs' dtype and ``lse (BH, L_q)`` float32, the
-    natural-log log-sum-exp of each query's scaled scores."""
+    log-sum-exp of each query's scaled scores in base 2 (``l * log2(e)``)."""
     BH, L_q, d = q.shape
     L_k = k.shape[1]
     o = torch.empty_like(q)  # (BH, L_q, d)
@@ -551,6 +553,7 @@ def flash_attention_lse(
     v = value.reshape(B * h, L_k, d).to(dtype).contiguous()  # (BH, L_k, d)
     o, lse = _FlashAttention.apply(q, k, v, causal, scale, config)
     o = o.to(query.dtype).reshape(B, h, L_q, d)  # (BH, L_q, d) -> (B, h, L_q, d)
+    lse = lse * math.log(2)  # (BH, L_q), base 2 -> natural log: l = l2 * ln 2
     return o, lse.reshape(B, h, L_q)  # (BH, L_q) -> (B, h, L_q)
 
 
