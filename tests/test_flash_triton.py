@@ -268,6 +268,7 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
         (_qkv(), {"scale": 0.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": -1.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": math.nan}, ValueError, "scale must be a positive finite number"),
+        (_qkv(), {"scale": math.inf}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": "0.1"}, TypeError, "scale must be a float or None"),
         (_qkv(), {"scale": True}, TypeError, "scale must be a float or None"),
         (_qkv(), {"block_m": 24}, ValueError, "block_m must be a power of two >= 16"),
@@ -277,8 +278,8 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
     ],
     ids=["rank-3", "rank-5", "d-8", "d-136", "float64", "int64", "dtypes", "devices", "heads",
          "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "scale-0",
-         "scale-neg", "scale-nan", "scale-str", "scale-bool", "block-m-24", "block-n-8",
-         "block-m-float", "list"],
+         "scale-neg", "scale-nan", "scale-inf", "scale-str", "scale-bool", "block-m-24",
+         "block-n-8", "block-m-float", "list"],
 )
 def test_bad_input_is_refused_with_a_named_error(args, kwargs, error, match):
     with pytest.raises(error, match=match):
