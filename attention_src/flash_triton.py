@@ -468,6 +468,18 @@ def _check_block(name: str, value: object) -> int:
     return value
 
 
+def _check_runnable(device: torch.device) -> None:
+    """Require a device the kernels run on: the CPU (or CUDA) under the interpreter, CUDA
+    when they are compiled."""
+    if INTERPRETED and device.type not in ("cpu", "cuda"):
+        raise ValueError(f"Triton's interpreter runs on CPU tensors, got device {device.type}")
+    if not INTERPRETED and device.type != "cuda":
+        raise ValueError(
+            f"the Triton kernels were compiled for the GPU and take CUDA tensors, got device "
+            f"{device.type}; to run them on the CPU set TRITON_INTERPRET=1 before importing "
+            "attention_src.flash_triton")
+
+
 def _check_inputs(query, key, value, causal, scale) -> float:
     """Validate the inputs of :func:`flash_attention`; return the scale as a float."""
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -480,14 +492,6 @@ def _check_inputs(query, key, value, causal, scale) -> float:
         raise TypeError(f"flash_attention takes float16, bfloat16 or float32 inputs, got "
                         f"{query.dtype}")
     check_same_device(query=query, key=key, value=value)
-    device = query.device.type
-    if INTERPRETED and device not in ("cpu", "cuda"):
-        raise ValueError(f"Triton's interpreter runs on CPU tensors, got device {device}")
-    if not INTERPRETED and device != "cuda":
-        raise ValueError(
-            f"the Triton kernels were compiled for the GPU and take CUDA tensors, got device "
-            f"{device}; to run them on the CPU set TRITON_INTERPRET=1 before importing "
-            "attention_src.flash_triton")
     shapes = {n: tuple(t.shape) for n, t in (("query", query), ("key", key), ("value", value))}
     if len({s[:2] for s in shapes.values()}) > 1:
         raise ValueError(f"query, key and value must share their batch and head sizes "
@@ -541,6 +545,7 @@ def flash_attention_lse(
     config = config._replace(
         block_m=config.block_m if block_m is None else _check_block("block_m", block_m),
         block_n=config.block_n if block_n is None else _check_block("block_n", block_n))
+    _check_runnable(query.device)  # last: every other error is the same on every machine
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients
         zeros = query.new_zeros(B, h, L_q, d) + 0 * (query.sum() + key.sum() + value.sum())
