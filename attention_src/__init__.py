@@ -28,7 +28,9 @@ goes, chapter 2), ``seq2seq`` (recurrent encoder-decoders), ``training`` (traini
 ``glue`` (MyST-NB's ``glue`` in the book's build, a stand-in elsewhere), ``diagrams`` (the
 book's architecture diagrams: data plus a matplotlib SVG renderer), ``interactive``
 (interactive figures for the static site and Jupyter): ``from attention_src import data,
-seq2seq, training``.
+seq2seq, training``. Never imported here, since it needs Triton (``pip install triton``):
+``flash_triton`` (FlashAttention's forward and backward kernels written in Triton, run on a
+CPU by Triton's interpreter): ``from attention_src.flash_triton import flash_attention``.
 """
 
 from attention_src.attention import attention_from_scores, scaled_dot_product_attention

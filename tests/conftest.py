@@ -9,8 +9,17 @@ shapes and seeds, and drawing stays fast (no element-by-element lists).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Triton's interpreter (how attention_src.flash_triton runs on a machine without a GPU) is
+# chosen when Triton is imported, and PyTorch imports Triton on its own (torch.utils.
+# flop_counter does, through attention_src.compare): so the variable is set here, before any
+# test module is collected.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 

@@ -1,0 +1,379 @@
+"""attention_src.flash_triton: FlashAttention's Triton kernels, run by Triton's interpreter.
+
+Without a GPU the kernels run under ``TRITON_INTERPRET=1`` on CPU tensors (set below, before
+the module is imported, since Triton reads it when a kernel is defined); with one, natively on
+CUDA tensors (the ``device`` parameter follows what is available). Skipped without Triton.
+
+References, each computed differently from the kernels: ``F.scaled_dot_product_attention``
+in float64 on the same (exactly representable) inputs, and in the inputs' own dtype;
+``torch.logsumexp`` of the materialised scaled scores; the book's
+``efficient.blockwise_attention`` (a consistency check between two implementations of the
+same tile loop, not an independent reference).
+
+Tolerances, against the float64 reference, on outputs and the gradients of q, k and v:
+
+* float32: ``|x - ref| <= 1e-5 + 1e-5 |ref|`` (the kernels multiply float32 tiles in full
+  precision, ``input_precision="ieee"``, and accumulate in float32). Measured on the CPU: at
+  most 9e-7 on values of order 1, except dQ and dK with a single key (exactly 0, computed as
+  ``P (dP - D)`` with ``dP = D``): 3.8e-6 and 5.8e-6, where SDPA in float32 gives 1.3e-6 and
+  3.4e-6.
+* float16 / bfloat16: ``max |x - ref| <= tol * max(1, max |ref|)`` with ``tol`` = 1e-3 /
+  8e-3 (about 2 units in the last place of the output; measured at most 3.9e-4 / 2.2e-3
+  relative to the largest entry, SDPA in that dtype 6.8e-4 / 4.3e-3), *and* no more than
+  twice the error of SDPA run in that dtype plus one unit of rounding. Under the
+  interpreter bfloat16 is computed from float32 copies (NumPy has no bfloat16), so its
+  error is mostly the rounding of the results.
+
+Sizes are small (the interpreter runs every program in turn with NumPy): the whole file takes
+about 20 s on one CPU core.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import math
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+if not torch.cuda.is_available():  # before the kernels are defined: run them on the CPU
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton")
+
+from attention_src import flash_triton  # noqa: E402
+from attention_src.efficient import blockwise_attention  # noqa: E402
+from attention_src.flash_triton import flash_attention, flash_attention_lse  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Where the kernels run: CPU tensors under the interpreter, CUDA tensors when compiled.
+DEVICES = [
+    pytest.param("cpu", id="cpu", marks=pytest.mark.skipif(
+        not flash_triton.INTERPRETED,
+        reason="the kernels are compiled for the GPU (TRITON_INTERPRET is not 1)")),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="CUDA is not available on this machine")),
+]
+
+#: float16 / bfloat16: the bound on max |x - ref| relative to max(1, max |ref|).
+HALF_TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+#: One unit of rounding (2 ** -mantissa bits) of each dtype.
+UNIT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return request.param
+
+
+def inputs(seed, B, h, L_q, L_k, d, dtype=torch.float32, device="cpu"):
+    """``q (B, h, L_q, d)``, ``k, v (B, h, L_k, d)``, ``grad (B, h, L_q, d)``: standard
+    normal, drawn on the CPU in float32, then rounded to ``dtype`` and moved."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(B, h, L_q, d), (B, h, L_k, d), (B, h, L_k, d), (B, h, L_q, d)]
+    return [torch.randn(s, generator=g).to(dtype).to(device) for s in shapes]
+
+
+def forward_backward(fn, q, k, v, grad, **kwargs):
+    """``[output, dq, dk, dv]`` of ``fn(q, k, v, **kwargs)`` with upstream gradient ``grad``."""
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v, **kwargs)
+    out.backward(grad.to(out.dtype))
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+def sdpa(q, k, v, causal=False, scale=None):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def flash(q, k, v, causal=False, scale=None, **blocks):
+    return flash_attention(q, k, v, causal, scale, **blocks)
+
+
+def reference(q, k, v, grad, causal=False, scale=None):
+    """SDPA in float64 on the CPU, on the same values: ``[output, dq, dk, dv]``."""
+    q, k, v, grad = (t.detach().cpu().double() for t in (q, k, v, grad))
+    return forward_backward(sdpa, q, k, v, grad, causal=causal, scale=scale)
+
+
+NAMES = ("output", "dq", "dk", "dv")
+
+
+# ------------------------------------------------------------------- against SDPA, float32
+
+
+@pytest.mark.parametrize(
+    ("causal", "L_q", "L_k", "d", "blocks"),
+    [
+        (False, 70, 70, 16, {}),  # ragged last tiles (70 = 4 * 16 + 6), 5 x 5 tiles
+        (True, 70, 70, 24, {}),  # causal: tiles above the diagonal skipped; d padded to 32
+        (False, 17, 70, 64, {}),  # L_q != L_k
+        (False, 70, 1, 128, {}),  # one key
+        (True, 1, 1, 16, {}),  # one query
+        (True, 17, 17, 128, {}),  # d = 128, the largest head dimension
+        (True, 70, 70, 16, {"block_m": 32, "block_n": 16}),  # a query tile over 2 key tiles
+        (True, 70, 70, 16, {"block_m": 16, "block_n": 32}),  # a key tile over 2 query tiles
+    ],
+)
+def test_float32_output_and_gradients_match_sdpa_in_float64(device, causal, L_q, L_k, d,
+                                                             blocks):
+    q, k, v, grad = inputs(L_q + L_k + d, 1, 2, L_q, L_k, d, device=device)
+    got = forward_backward(flash, q, k, v, grad, causal=causal, **blocks)
+    want = reference(q, k, v, grad, causal)
+    for name, x, ref in zip(NAMES, got, want, strict=True):
+        assert x.dtype == torch.float32 and x.device.type == device, name
+        torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_batch_and_heads_are_independent_and_scale_is_used(device):
+    """B = 2, h = 3 (six programs per block row) and a scale other than 1 / sqrt(d)."""
+    q, k, v, grad = inputs(7, 2, 3, 20, 20, 32, device=device)
+    got = forward_backward(flash, q, k, v, grad, causal=True, scale=0.3)
+    want = reference(q, k, v, grad, causal=True, scale=0.3)
+    for name, x, ref in zip(NAMES, got, want, strict=True):
+        torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_non_contiguous_inputs_give_the_same_result(device):
+    """(B, L, h, d) tensors seen as (B, h, L, d), the layout a projection gives."""
+    q, k, v, _ = inputs(3, 1, 2, 24, 24, 16, device=device)
+    q_t, k_t, v_t = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    assert not q_t.is_contiguous()
+    assert torch.equal(flash(q_t, k_t, v_t), flash(q, k, v))
+
+
+# --------------------------------------------------------------- float16 and bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize(("causal", "L_q", "L_k", "d"),
+                         [(False, 17, 70, 64), (True, 70, 70, 24)])
+def test_half_precision_matches_float64_and_sdpa_in_that_dtype(device, dtype, causal, L_q,
+                                                               L_k, d):
+    q, k, v, grad = inputs(L_q * d, 1, 2, L_q, L_k, d, dtype=dtype, device=device)
+    got = forward_backward(flash, q, k, v, grad, causal=causal)
+    same_dtype = forward_backward(sdpa, q, k, v, grad, causal=causal)
+    want = reference(q, k, v, grad, causal)
+    for name, x, y, ref in zip(NAMES, got, same_dtype, want, strict=True):
+        assert x.dtype == dtype, name
+        size = max(1.0, ref.abs().max().item())
+        err = (x.cpu().double() - ref).abs().max().item()
+        err_sdpa = (y.cpu().double() - ref).abs().max().item()
+        assert err <= HALF_TOL[dtype] * size, (name, err, size)
+        assert err <= 2 * err_sdpa + UNIT[dtype] * size, (name, err, err_sdpa)
+
+
+# ------------------------------------------------------------------- the log-sum-exp
+
+
+@pytest.mark.parametrize(("causal", "L", "scale"), [(False, 37, None), (True, 37, 0.7)])
+def test_saved_log_sum_exp_is_logsumexp_of_the_scaled_scores(device, causal, L, scale):
+    q, k, v, _ = inputs(11, 1, 2, L, L, 24, device=device)
+    out, lse = flash_attention_lse(q, k, v, causal, scale)
+    assert lse.shape == (1, 2, L) and lse.dtype == torch.float32 and not lse.requires_grad
+    scores = (q.double() @ k.double().transpose(-2, -1)).cpu() * (scale or 1 / math.sqrt(24))
+    if causal:
+        hidden = torch.ones(L, L, dtype=torch.bool).triu(1)  # key j > query i
+        scores = scores.masked_fill(hidden, -math.inf)
+    torch.testing.assert_close(lse.cpu().double(), torch.logsumexp(scores, dim=-1),
+                               rtol=1e-5, atol=1e-5)
+    assert torch.equal(out, flash(q, k, v, causal, scale))
+
+
+# ------------------------------------------------------------------------ properties
+
+
+def test_permuting_keys_and_values_together_leaves_the_output_unchanged(device):
+    q, k, v, _ = inputs(5, 1, 2, 20, 45, 16, device=device)
+    perm = torch.randperm(45, generator=torch.Generator().manual_seed(0)).to(device)
+    torch.testing.assert_close(flash(q, k[:, :, perm], v[:, :, perm]), flash(q, k, v),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_causal_rows_do_not_see_later_keys_or_values(device):
+    """Changing the keys and values after position t leaves rows 0..t exactly as they were,
+    the diagonal tile's hidden entries included (t = 20 falls inside the second tile)."""
+    q, k, v, _ = inputs(9, 1, 2, 40, 40, 16, device=device)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 21:] = 100.0
+    v2[:, :, 21:] = -100.0
+    before, after = flash(q, k, v, causal=True), flash(q, k2, v2, causal=True)
+    assert torch.equal(before[:, :, :21], after[:, :, :21])
+    assert not torch.equal(before[:, :, 21:], after[:, :, 21:])
+
+
+def test_no_key_gives_zeros_and_zero_gradients(device):
+    q, k, v, grad = inputs(1, 1, 2, 5, 0, 16, device=device)
+    out, dq, dk, dv = forward_backward(flash, q, k, v, grad)
+    assert out.shape == (1, 2, 5, 16) and not out.any() and not dq.any()
+    assert dk.shape == dv.shape == (1, 2, 0, 16)
+    _, lse = flash_attention_lse(q, k, v)
+    assert torch.all(lse == -math.inf)
+    assert flash(q[:, :, :0], q[:, :, :0], q[:, :, :0], causal=True).shape == (1, 2, 0, 16)
+
+
+# -------------------------------------------------- the book's blockwise attention
+
+
+def test_consistent_with_the_books_blockwise_attention(device):
+    """Two implementations of the same tile loop (not an independent reference): the kernels
+    in float32 against ``efficient.blockwise_attention`` in float64 and in float32, with the
+    same tiles (16 x 16), causal, forward and backward."""
+    q, k, v, grad = inputs(21, 1, 2, 40, 40, 16, device=device)
+    got = forward_backward(flash, q, k, v, grad, causal=True)
+    for dtype in (torch.float64, torch.float32):
+        x = [t.detach().cpu().to(dtype) for t in (q, k, v, grad)]
+        book = forward_backward(blockwise_attention, *x, causal=True, block_size=16,
+                                query_block_size=16)
+        for name, a, b in zip(NAMES, got, book, strict=True):
+            torch.testing.assert_close(a.cpu().double(), b.double(), rtol=1e-5, atol=1e-5,
+                                       msg=f"{name} against {dtype}")
+
+
+# ------------------------------------------------------------------------- bad input
+
+
+def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch.float32):
+    shape_v = shape_k if shape_v is None else shape_v
+    return [torch.zeros(s, dtype=dtype) for s in (shape_q, shape_k, shape_v)]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (_qkv((2, 8, 16), (2, 8, 16)), {}, ValueError, r"4 dimensions, got shape \(2, 8, 16\)"),
+        (_qkv((1, 1, 2, 8, 16), (1, 1, 2, 8, 16)), {}, ValueError,
+         r"query must have shape \(B, h, L, d\), 4 dimensions, got shape \(1, 1, 2, 8, 16\)"),
+        (_qkv((1, 2, 8, 8), (1, 2, 8, 8)), {}, ValueError, r"16 to 128, got d = 8"),
+        (_qkv((1, 2, 8, 136), (1, 2, 8, 136)), {}, ValueError, r"16 to 128, got d = 136"),
+        (_qkv(dtype=torch.float64), {}, TypeError, "float16, bfloat16 or float32"),
+        (_qkv(dtype=torch.int64), {}, TypeError, "floating-point tensor"),
+        ([torch.zeros(1, 2, 8, 16), torch.zeros(1, 2, 8, 16, dtype=torch.float16),
+          torch.zeros(1, 2, 8, 16)], {}, TypeError, "share one dtype"),
+        ([torch.zeros(1, 2, 8, 16), torch.zeros(1, 2, 8, 16, device="meta"),
+          torch.zeros(1, 2, 8, 16)], {}, ValueError, "one device"),
+        (_qkv((1, 2, 8, 16), (1, 3, 8, 16)), {}, ValueError, "batch and head sizes"),
+        (_qkv((2, 2, 8, 16), (1, 2, 8, 16)), {}, ValueError, "batch and head sizes"),
+        (_qkv(shape_v=(1, 2, 9, 16)), {}, ValueError, "same length L_k"),
+        (_qkv(shape_v=(1, 2, 8, 32)), {}, ValueError, "same head dimension d"),
+        (_qkv((1, 2, 8, 16), (1, 2, 9, 16)), {"causal": True}, ValueError,
+         r"causal=True needs L_q == L_k, got L_q = 8, L_k = 9"),
+        (_qkv(), {"causal": 1}, TypeError, "causal must be a bool"),
+        (_qkv(), {"scale": 0.0}, ValueError, "scale must be a positive finite number"),
+        (_qkv(), {"scale": -1.0}, ValueError, "scale must be a positive finite number"),
+        (_qkv(), {"scale": math.nan}, ValueError, "scale must be a positive finite number"),
+        (_qkv(), {"scale": math.inf}, ValueError, "scale must be a positive finite number"),
+        (_qkv(), {"scale": "0.1"}, TypeError, "scale must be a float or None"),
+        (_qkv(), {"scale": True}, TypeError, "scale must be a float or None"),
+        (_qkv(), {"block_m": 24}, ValueError, "block_m must be a power of two >= 16"),
+        (_qkv(), {"block_n": 8}, ValueError, "block_n must be a power of two >= 16"),
+        (_qkv(), {"block_m": 16.0}, TypeError, "block_m must be an int"),
+        ([[0.0] * 16, *_qkv()[1:]], {}, TypeError, "query must be a torch.Tensor"),
+    ],
+    ids=["rank-3", "rank-5", "d-8", "d-136", "float64", "int64", "dtypes", "devices", "heads",
+         "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "scale-0",
+         "scale-neg", "scale-nan", "scale-inf", "scale-str", "scale-bool", "block-m-24",
+         "block-n-8", "block-m-float", "list"],
+)
+def test_bad_input_is_refused_with_a_named_error(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        flash_attention(*args, **kwargs)
+
+
+def test_a_device_the_kernels_cannot_run_on_is_refused(monkeypatch):
+    monkeypatch.setattr(flash_triton, "INTERPRETED", True)  # as if interpreted (checks only)
+    with pytest.raises(ValueError, match="interpreter runs on CPU tensors, got device meta"):
+        flash_attention(*(t.to("meta") for t in _qkv()))
+    monkeypatch.setattr(flash_triton, "INTERPRETED", False)  # as if compiled for a GPU
+    with pytest.raises(ValueError, match="compiled for the GPU and take CUDA tensors, got "
+                                         "device cpu; to run them on the CPU set TRITON_INT"):
+        flash_attention(*_qkv())
+
+
+def test_float32_tiles_are_multiplied_in_full_precision():
+    """On a GPU, Triton's default for float32 tiles is TensorFloat-32 (inputs rounded to a
+    10-bit mantissa, ~1e-3 relative), too coarse for the float32 tolerance above; the
+    interpreter multiplies in float32 whatever the setting, so only the setting is checked
+    here (the float32 tests check its effect when a GPU runs them)."""
+    assert flash_triton._precision(torch.float32) == "ieee"
+    assert flash_triton._precision(torch.float16) == flash_triton._precision(torch.bfloat16)
+
+
+def test_second_derivatives_are_refused(device):
+    q, k, v, _ = inputs(2, 1, 1, 4, 4, 16, device=device)
+    q.requires_grad_()
+    out = flash(q, k, v)
+    (dq,) = torch.autograd.grad(out.sum(), q, create_graph=False)
+    assert dq.shape == q.shape
+    with pytest.raises(NotImplementedError, match="first-order gradients only"):
+        torch.autograd.grad(flash(q, k, v).sum(), q, create_graph=True)
+
+
+# ------------------------------------------------------------- settings and import
+
+
+def test_default_config_small_tiles_interpreted_and_the_gpu_table_by_head_dim(monkeypatch):
+    monkeypatch.setattr(flash_triton, "INTERPRETED", True)
+    assert flash_triton.default_config(24) == flash_triton.INTERPRETER_CONFIG
+    assert flash_triton.INTERPRETER_CONFIG[:2] == (16, 16)
+    monkeypatch.setattr(flash_triton, "INTERPRETED", False)
+    assert flash_triton.default_config(24) is flash_triton.GPU_CONFIGS[32]
+    assert flash_triton.default_config(128) is flash_triton.GPU_CONFIGS[128]
+    assert sorted(flash_triton.GPU_CONFIGS) == [16, 32, 64, 128]
+
+
+def test_only_this_module_imports_triton():
+    """``import attention_src`` must work without Triton."""
+    for path in sorted((ROOT / "attention_src").glob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names |= {f"{node.module}.{a.name}" for a in node.names}
+        uses_triton = any(n.startswith("triton") or "flash_triton" in n for n in names)
+        assert uses_triton == (path.name == "flash_triton.py"), path.name
+
+
+def _load_copy(monkeypatch):
+    """Execute flash_triton.py afresh as another module, with Triton made unimportable."""
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    spec = importlib.util.spec_from_file_location(
+        "flash_triton_copy", ROOT / "attention_src" / "flash_triton.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_without_triton_the_import_error_says_pip_install_triton(monkeypatch):
+    with pytest.raises(ImportError, match="needs Triton, which is not installed: pip install "
+                                          "triton"):
+        _load_copy(monkeypatch)
+
+
+def test_without_a_gpu_the_module_sets_triton_interpret_before_defining_kernels(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ImportError, match="pip install triton"):
+        _load_copy(monkeypatch)  # stops at the import of Triton, after the environment
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # set by the user: left alone
+    with pytest.raises(ImportError, match="pip install triton"):
+        _load_copy(monkeypatch)
+    assert os.environ["TRITON_INTERPRET"] == "0"
+
+
+def test_triton_imported_before_the_variable_is_an_import_error(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    spec = importlib.util.spec_from_file_location(
+        "flash_triton_copy", ROOT / "attention_src" / "flash_triton.py")
+    with pytest.raises(ImportError, match="Triton was imported before TRITON_INTERPRET=1"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert "TRITON_INTERPRET" not in os.environ
