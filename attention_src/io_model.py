@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from attention_src.validation import check_positive_int
+
 __all__ = [
     "standard_attention_hbm_elements", "flash_attention_hbm_elements", "flash_block_sizes",
     "arithmetic_intensity", "attention_flops", "roofline_seconds", "GPU_SPECS",
@@ -33,14 +35,6 @@ GPU_SPECS: dict[str, dict[str, float]] = {
 }
 
 
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
-
-
 def _check_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
@@ -60,7 +54,7 @@ def standard_attention_hbm_elements(N: int, d: int) -> dict[str, int]:
         dict of element counts by step (``read_QK``, ``write_S``, ``read_S``, ``write_P``,
         ``read_PV``, ``write_O``) and ``total``.
     """
-    N, d = _check_int("N", N), _check_int("d", d)
+    N, d = check_positive_int("N", N), check_positive_int("d", d)
     steps = {"read_QK": 2 * N * d, "write_S": N * N, "read_S": N * N, "write_P": N * N,
              "read_PV": N * N + N * d, "write_O": N * d}
     return {**steps, "total": sum(steps.values())}
@@ -70,7 +64,8 @@ def flash_block_sizes(N: int, d: int, sram_elements: int) -> dict[str, int]:
     """Algorithm 1, lines 1 and 3: ``B_c = ceil(M / (4 d))``, ``B_r = min(ceil(M / (4 d)), d)``,
     ``T_r = ceil(N / B_r)``, ``T_c = ceil(N / B_c)``, for an SRAM of ``M = sram_elements``
     elements (``M >= d`` required)."""
-    N, d, M = _check_int("N", N), _check_int("d", d), _check_int("sram_elements", sram_elements)
+    N, d = check_positive_int("N", N), check_positive_int("d", d)
+    M = check_positive_int("sram_elements", sram_elements)
     if M < d:
         raise ValueError(f"sram_elements M={M} must be >= d={d} (Theorem 2 needs d <= M)")
     B_c = -(-M // (4 * d))
@@ -115,7 +110,7 @@ def arithmetic_intensity(flops: float, bytes: float) -> float:
 def attention_flops(N: int, d: int, causal: bool = False) -> float:
     """FLOPs of one attention forward, one head: ``4 N^2 d`` (``Q K^T`` and ``P V``,
     ``2 N^2 d`` each), halved when causal (the convention of ``benchmarks/bench_gpu.py``)."""
-    N, d = _check_int("N", N), _check_int("d", d)
+    N, d = check_positive_int("N", N), check_positive_int("d", d)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     return 4.0 * N * N * d * (0.5 if causal else 1.0)
