@@ -16,7 +16,8 @@ from attention_src.validation import check_positive_int
 
 __all__ = [
     "standard_attention_hbm_elements", "flash_attention_hbm_elements", "flash_block_sizes",
-    "arithmetic_intensity", "attention_flops", "roofline_seconds", "GPU_SPECS",
+    "arithmetic_intensity", "attention_flops", "roofline_seconds", "decode_step_cost",
+    "GPU_SPECS",
 ]
 
 # Published numbers; "tflops_dense_bf16" is the dense (no sparsity) BF16/FP16 tensor-core peak,
@@ -124,3 +125,33 @@ def roofline_seconds(flops: float, bytes: float, peak_flops: float, bandwidth: f
     if peak == 0 or bw == 0:
         raise ValueError(f"peak_flops and bandwidth must be > 0, got {peak_flops}, {bandwidth}")
     return max(flops / peak, bytes / bw)
+
+
+def decode_step_cost(cache_length: int, heads: int, kv_heads: int, head_dim: int,
+                     bytes_per_element: int = 2) -> dict[str, float]:
+    """The work and the memory traffic of attention for one decoded token, one layer.
+
+    The new token's ``heads`` queries (``head_dim`` each) meet a KV cache of ``cache_length``
+    positions held by ``kv_heads`` key/value heads (``kv_heads == heads``: multi-head;
+    ``1 < kv_heads < heads``: grouped-query; ``kv_heads == 1``: multi-query attention), each
+    key/value head shared by ``heads // kv_heads`` query heads.
+
+    * FLOPs: ``4 * heads * cache_length * head_dim`` (per query head, ``q k^T`` and ``p V``,
+      ``2 * cache_length * head_dim`` each; the softmax's few operations per key left out).
+    * Bytes: the cache read once, ``2 * kv_heads * cache_length * head_dim`` elements (K and
+      V), plus the query read and the output written, ``2 * heads * head_dim`` elements, times
+      ``bytes_per_element`` (2 for float16/bfloat16). The scores stay on chip.
+
+    Returns:
+        dict with ``flops``, ``bytes`` and ``intensity`` (FLOP per byte).
+    """
+    cache_length = check_positive_int("cache_length", cache_length)
+    heads = check_positive_int("heads", heads)
+    kv_heads = check_positive_int("kv_heads", kv_heads)
+    head_dim = check_positive_int("head_dim", head_dim)
+    size = check_positive_int("bytes_per_element", bytes_per_element)
+    if heads % kv_heads:
+        raise ValueError(f"heads={heads} must be a multiple of kv_heads={kv_heads}")
+    flops = 4.0 * heads * cache_length * head_dim
+    nbytes = float(size * (2 * kv_heads * cache_length * head_dim + 2 * heads * head_dim))
+    return {"flops": flops, "bytes": nbytes, "intensity": flops / nbytes}

@@ -155,3 +155,55 @@ def test_gpu_specs_published_numbers():
 def test_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_decode_step_cost_hand_count():
+    # 2 query heads sharing 1 kv head, cache 3, d 4, 2 bytes: flops 4*2*3*4 = 96;
+    # elements 2*1*3*4 (K, V) + 2*2*4 (q, o) = 24 + 16 = 40, bytes 80
+    cost = io.decode_step_cost(3, 2, 1, 4, bytes_per_element=2)
+    assert cost == {"flops": 96.0, "bytes": 80.0, "intensity": 1.2}
+
+
+def test_decode_step_cost_equals_a_counted_loop():
+    # the cost read off an explicit decode step: one query per head against the cache
+    import torch
+
+    B, h, h_kv, L, d = 1, 8, 2, 37, 16
+    q = torch.randn(B, h, 1, d)
+    cache_k, cache_v = torch.randn(B, h_kv, L, d), torch.randn(B, h_kv, L, d)
+    group = h // h_kv
+    flops = 0
+    for head in range(h):
+        k, v = cache_k[:, head // group], cache_v[:, head // group]  # (B, L, d)
+        scores = q[:, head] @ k.transpose(-1, -2)  # (B, 1, L): L dot products of length d
+        flops += 2 * L * d
+        _ = scores.softmax(-1) @ v  # (B, 1, d): d dot products of length L
+        flops += 2 * L * d
+    elements = cache_k.numel() + cache_v.numel() + 2 * q.numel()
+    cost = io.decode_step_cost(L, h, h_kv, d, bytes_per_element=4)
+    assert cost["flops"] == flops and cost["bytes"] == 4 * elements
+
+
+def test_decode_step_cost_properties():
+    mha = io.decode_step_cost(8192, 32, 32, 128)
+    gqa = io.decode_step_cost(8192, 32, 8, 128)
+    mqa = io.decode_step_cost(8192, 32, 1, 128)
+    assert mha["flops"] == gqa["flops"] == mqa["flops"]
+    # the cache dominates the bytes: intensity about 1 FLOP/byte for multi-head in fp16,
+    # growing about with the group size heads / kv_heads
+    assert 0.99 < mha["intensity"] < 1.0
+    assert 3.9 < gqa["intensity"] < 4.0 and 25 < mqa["intensity"] < 32
+    # linear in the cache length, up to the fixed q/o traffic
+    long = io.decode_step_cost(16384, 32, 8, 128)
+    assert long["flops"] == 2 * gqa["flops"] and 1.99 < long["bytes"] / gqa["bytes"] < 2.0
+
+
+@pytest.mark.parametrize("args,exc,match", [
+    ((0, 8, 8, 64), ValueError, "cache_length"),
+    ((16, 8, 3, 64), ValueError, "heads=8 must be a multiple of kv_heads=3"),
+    ((16, 8, 8, 64.0), TypeError, "head_dim"),
+    ((16, 8, 8, 64, 0), ValueError, "bytes_per_element"),
+])
+def test_decode_step_cost_bad_input(args, exc, match):
+    with pytest.raises(exc, match=match):
+        io.decode_step_cost(*args)
