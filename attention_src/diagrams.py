@@ -801,7 +801,7 @@ def flash_tiling() -> Diagram:
         Node("Oi", "$U$,\nrescaled", "output", op_x, 0.55, w=0.95, h=0.6),
     )
     edges = (
-        Edge("Q", "Qi", "block $I$", kind="read", side="above"),
+        Edge("Q", "Qi", kind="read"),
         Edge("K", "Kj", "block $J$", kind="read", side="above"),
         Edge("V", "Vj", "block $J$", kind="read", side="above"),
         Edge("Qi", "S"),
@@ -1088,6 +1088,56 @@ def pretrained_encoder() -> Diagram:
     return Diagram("pretrained_encoder", nodes, edges, regions, alt=alt, height=7.0)
 
 
+def gpu_memory_hierarchy() -> Diagram:
+    """Chapter 12: where FlashAttention's tensors live on a GPU, slowest and largest memory
+    on the left. Q, K, V and O stay in HBM (the GPU's main memory, reached through the L2
+    cache). One Triton program, running on one streaming multiprocessor (SM), loads a block
+    Q_I and, in turn, each block K_J, V_J into the SM's shared memory (on-chip SRAM); the
+    tensor cores multiply tiles into the scores S_IJ, which, with the running m, s and the
+    accumulator U, stay in the program's registers; only O_I goes back to HBM, once. Many
+    SMs run programs for different blocks at the same time."""
+    hbm_x, smem_x, reg_x = 0.55, 2.0, 4.3
+    nodes = (
+        Node("Q", "$Q$", "query", hbm_x, 3.35, w=0.7),
+        Node("K", "$K$", "key", hbm_x, 2.55, w=0.7),
+        Node("V", "$V$", "value", hbm_x, 1.75, w=0.7),
+        Node("O", "$O$", "output", hbm_x, 0.6, w=0.7),
+        Node("Qi", "$Q_I$", "query", smem_x, 3.35, w=0.8),
+        Node("Kj", "$K_J$", "key", smem_x, 2.55, w=0.8),
+        Node("Vj", "$V_J$", "value", smem_x, 1.75, w=0.8),
+        Node("S", "tensor cores:\n" + r"$S_{IJ} = Q_I K_J^\top$", "weights", reg_x, 3.0,
+             w=1.9, h=0.6),
+        Node("stats", "$m$, $s$, $U$", "memory", reg_x, 1.75, w=1.5),
+        Node("Oi", r"$O_I = U / s$", "output", reg_x, 0.6, w=1.5),
+    )
+    edges = (
+        Edge("Q", "Qi", kind="read"),
+        Edge("K", "Kj", kind="read"),
+        Edge("V", "Vj", kind="read"),
+        Edge("Qi", "S"),
+        Edge("Kj", "S"),
+        Edge("S", "stats", "$P = e^{S - m}$", side="right"),
+        Edge("Vj", "stats", "$P V_J$", side="below"),
+        Edge("stats", "Oi"),
+        Edge("Oi", "O", "written once", side="above"),
+    )
+    regions = (
+        Region("HBM", ("Q", "K", "V", "O"), pad=0.12),
+        Region("SRAM", ("Qi", "Kj", "Vj"), pad=0.12),
+        Region("registers", ("S", "stats", "Oi"), pad=0.12),
+    )
+    alt = ("Diagram: where FlashAttention's tensors live on a GPU, from the largest and "
+           "slowest memory on the left to the smallest and fastest on the right. Q, K, V and "
+           "the output O stay in HBM, the GPU's main memory. One program, running on one "
+           "streaming multiprocessor, loads a block Q_I and, one after another, each block "
+           "K_J and V_J into the multiprocessor's shared memory (on-chip SRAM). The tensor "
+           "cores multiply these tiles into the scores S_IJ, which stay in the program's "
+           "registers with the running maximum m, the sum s and the accumulator U "
+           "(P = e^(S - m), U gains P V_J). Only the output block O_I = U / s is written "
+           "back to HBM, once.")
+    return Diagram("gpu_memory_hierarchy", nodes, edges, regions, alt=alt, height=4.2)
+
+
 #: name -> builder with its default arguments, for tests and for the closing note's list.
 BUILDERS = {
     "scaled_dot_product_graph": scaled_dot_product_graph,
@@ -1109,4 +1159,5 @@ BUILDERS = {
     "node_neighbourhood": node_neighbourhood,
     "receptive_fields": receptive_fields,
     "pretrained_encoder": pretrained_encoder,
+    "gpu_memory_hierarchy": gpu_memory_hierarchy,
 }

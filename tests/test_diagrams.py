@@ -59,6 +59,9 @@ ALT_NAMES = {
     "receptive_fields": ["causal convolutions", "all 5 inputs, the first through 2 layers",
                          "recurrent chain",
                          "through 5 steps", "self-attention", "every input directly"],
+    "gpu_memory_hierarchy": ["hbm", "shared memory (on-chip sram)", "registers",
+                             "tensor cores", "running maximum m", "written back to hbm, once",
+                             "largest and slowest"],
     "pretrained_encoder": ["word piece", "position", "segment", "summed and layer-normed",
                            "(b, l, 384)", "6 post-norm encoder blocks", "key mask m",
                            "padding", "mean over the real tokens", "sentence vector"],
@@ -870,3 +873,26 @@ def test_pretrained_encoder_sums_three_embeddings_masks_keys_and_pools():
         chain.append(node)
     assert chain == ["pool", "normalise", "vector"] and d.node("vector").role == "output"
     assert "post-norm" in d.node("block").label and "12 heads" in d.node("block").label
+
+
+def test_gpu_memory_hierarchy_keeps_the_scores_on_chip_and_writes_the_output_once():
+    d = D.gpu_memory_hierarchy()
+    hbm, sram, registers = d.regions
+    assert (hbm.label, sram.label, registers.label) == ("HBM", "SRAM", "registers")
+    assert set(hbm.members) == {"Q", "K", "V", "O"}
+    assert set(sram.members) == {"Qi", "Kj", "Vj"}
+    assert set(registers.members) == {"S", "stats", "Oi"}
+    # slowest memory on the left: every HBM box left of every SRAM box, SRAM left of registers
+    right = {r.label: max(d.node(m).box[2] for m in r.members) for r in d.regions}
+    left = {r.label: min(d.node(m).box[0] for m in r.members) for r in d.regions}
+    assert right["HBM"] < left["SRAM"] and right["SRAM"] < left["registers"]
+    for big, block in (("Q", "Qi"), ("K", "Kj"), ("V", "Vj")):
+        assert d.edge(big, block).kind == "read"  # loaded, not computed
+        assert d.node(big).role == d.node(block).role
+    _data_path(d, ["Qi", "S", "stats", "Oi"])
+    _data_path(d, ["Kj", "S"])
+    _data_path(d, ["Vj", "stats"])
+    # the scores never leave the registers; the only write to HBM is O_I, once
+    assert all(e.dst in registers.members for e in d.edges_from("S"))
+    assert d.edges_to("O") == [d.edge("Oi", "O")] and "once" in d.edge("Oi", "O").label
+    assert "tensor cores" in d.node("S").label
