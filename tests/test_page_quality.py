@@ -209,6 +209,7 @@ REQUIRED_DIAGRAMS = {
     "09_efficient_attention": ["flash_tiling", "kv_cache_growth"],
     "10_transformer_end_to_end": ["encoder_decoder"],
     "11_pretrained_transformer": ["pretrained_encoder"],
+    "12_flash_attention_triton": ["gpu_memory_hierarchy"],
 }
 #: Issue 22's interactive figures, by chapter (the stored figure's ``data-interactive`` name).
 REQUIRED_INTERACTIVE = {
