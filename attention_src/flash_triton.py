@@ -1,7 +1,8 @@
-"""FlashAttention written in Triton: the forward and backward kernels of FlashAttention-2.
+"""FlashAttention written in Triton: FlashAttention-2's forward kernel and a backward pass.
 
 Chapter 9 runs FlashAttention's loop from Python, one tile at a time; here the same loop is a
-GPU kernel. Triton (Tillet et al., 2019) writes a kernel as a Python function that one
+GPU kernel. Triton (Tillet et al., 2019, introduced its ideas; today's interface is the
+``@triton.jit`` Python one) writes a kernel as a Python function that one
 *program* runs per block of the output: the program loads tiles of ``Q``, ``K`` and ``V``
 from the GPU's main memory (HBM) into its registers and on-chip memory, computes on whole
 tiles, and writes back only its block of the output and one number per query.
@@ -13,11 +14,15 @@ tiles, and writes back only its block of the output and one number per query.
   ``m``, the running sum ``s``, the un-normalised output ``U``), then ``O_I = U / s`` and the
   log-sum-exp ``l = m + log s`` of every query, saved for the backward pass. With the causal
   mask, the key blocks entirely above the diagonal are skipped and the diagonal block masked.
-* The backward pass of FlashAttention-2 (Dao, 2023), in three kernels: ``D = rowsum(dO * O)``
-  per query; one program per block of keys accumulating ``dK_J`` and ``dV_J`` over the query
-  blocks; one program per block of queries accumulating ``dQ_I`` over the key blocks. Both
-  recompute each tile of weights ``P = exp(S - l)`` from ``Q``, ``K`` and the saved ``l``
-  instead of storing the ``(L_q, L_k)`` weights.
+* The backward pass, FlashAttention-2's formulas (Dao, 2023) in three kernels of this book's
+  own: ``D = rowsum(dO * O)`` per query; one program per block of keys accumulating ``dK_J``
+  and ``dV_J`` over the query blocks; one program per block of queries accumulating ``dQ_I``
+  over the key blocks. FlashAttention-2 itself runs one main kernel per block of keys and adds
+  each block's share of ``dQ`` into memory with atomic additions; the separate ``dQ`` kernel
+  needs no atomics, at the price of recomputing ``S``, ``P`` and ``dP = dO V^T`` a second
+  time (seven tile products per tile instead of five). Both kernels recompute each tile of
+  weights ``P = exp(S - l)`` from ``Q``, ``K`` and the saved ``l`` instead of storing the
+  ``(L_q, L_k)`` weights.
 
 Every tile is padded: a head dimension ``d`` (16 to 128) is read into a tile of the next power
 of two (Triton's tiles have power-of-two sizes) and the last block of queries or keys may be
@@ -287,9 +292,10 @@ def _backward_dkdv_kernel(
         lse = tl.load(LSE + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), l_I in base 2
         delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)  # (BLOCK_M,), D_I
 
-        # recompute P_IJ = exp(S_IJ - l_I), in base 2, and zero it where hidden: the weights
-        # of the forward pass exactly (rows and keys outside the tensors read zeros from Q,
-        # dO, K and V and would add nothing anyway; the mask says so explicitly)
+        # recompute P_IJ = exp(S_IJ - l_I), in base 2, and zero it where hidden: the softmax
+        # weights, equal to the forward pass's up to rounding (the forward never forms them
+        # normalised; rows and keys outside the tensors read zeros from Q, dO, K and V and
+        # would add nothing anyway; the mask says so explicitly)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N)
         p = tl.exp2(scores - lse[:, None])  # (BLOCK_M, BLOCK_N)
         visible = row_ok[:, None] & key_ok[None, :]
@@ -364,7 +370,8 @@ def _backward_dq_kernel(
             visible = visible & (keys[None, :] <= rows[:, None])
         p = tl.where(visible, p, 0.0)
 
-        # dS = P (dO_I V_J^T - D_I); dQ_I += dS K_J: (BLOCK_M, BLOCK_N) @ (BLOCK_N, BLOCK_D)
+        # dS = P (dO_I V_J^T - D_I), dP recomputed as in _backward_dkdv_kernel (the price of
+        # no atomic additions); dQ_I += dS K_J: (BLOCK_M, BLOCK_N) @ (BLOCK_N, BLOCK_D)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
@@ -577,7 +584,7 @@ def flash_attention(
     The same result as ``torch.nn.functional.scaled_dot_product_attention(query, key, value,
     is_causal=causal, scale=scale)``, never holding the ``(L_q, L_k)`` scores: the forward
     kernel keeps only ``block_m x block_n`` tiles and saves one log-sum-exp per query, and the
-    backward kernels recompute each tile of weights from it (FlashAttention-2).
+    backward kernels recompute each tile of weights from it (as FlashAttention-2 does).
 
     Args:
         query: ``(B, h, L_q, d)``, float16, bfloat16 or float32, ``16 <= d <= 128``.
