@@ -524,7 +524,11 @@ def _check_inputs(query, key, value, causal, scale) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+        kind = type(scale)  # named with its module where it is not a builtin (numpy.float32)
+        name = (kind.__name__ if kind.__module__ == "builtins"
+                else f"{kind.__module__}.{kind.__name__}")
+        raise TypeError(f"scale must be a Python float or int, or None, got {name} {scale!r}; "
+                        "convert it with float(scale)")
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale}")
     return float(scale)

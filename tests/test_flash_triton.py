@@ -38,6 +38,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -269,8 +270,11 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
         (_qkv(), {"scale": -1.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": math.nan}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": math.inf}, ValueError, "scale must be a positive finite number"),
-        (_qkv(), {"scale": "0.1"}, TypeError, "scale must be a float or None"),
-        (_qkv(), {"scale": True}, TypeError, "scale must be a float or None"),
+        (_qkv(), {"scale": "0.1"}, TypeError, "scale must be a Python float or int, or None, "
+         "got str '0.1'"),
+        (_qkv(), {"scale": True}, TypeError, "scale must be a Python float or int, or None"),
+        (_qkv(), {"scale": np.float32(0.1)}, TypeError,
+         r"got numpy.float32 .*; convert it with float\(scale\)"),
         (_qkv(), {"block_m": 24}, ValueError, "block_m must be a power of two >= 16"),
         (_qkv(), {"block_n": 8}, ValueError, "block_n must be a power of two >= 16"),
         (_qkv(), {"block_m": 16.0}, TypeError, "block_m must be an int"),
@@ -278,7 +282,8 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
     ],
     ids=["rank-3", "rank-5", "d-8", "d-136", "float64", "int64", "dtypes", "devices", "heads",
          "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "scale-0",
-         "scale-neg", "scale-nan", "scale-inf", "scale-str", "scale-bool", "block-m-24",
+         "scale-neg", "scale-nan", "scale-inf", "scale-str", "scale-bool", "scale-numpy-float32",
+         "block-m-24",
          "block-n-8", "block-m-float", "list"],
 )
 def test_bad_input_is_refused_with_a_named_error(args, kwargs, error, match):
