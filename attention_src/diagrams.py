@@ -801,7 +801,7 @@ def flash_tiling() -> Diagram:
         Node("Oi", "$U$,\nrescaled", "output", op_x, 0.55, w=0.95, h=0.6),
     )
     edges = (
-        Edge("Q", "Qi", kind="read"),
+        Edge("Q", "Qi", "block $I$", kind="read", side="above"),
         Edge("K", "Kj", "block $J$", kind="read", side="above"),
         Edge("V", "Vj", "block $J$", kind="read", side="above"),
         Edge("Qi", "S"),

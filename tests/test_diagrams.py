@@ -569,6 +569,9 @@ def test_flash_tiling_loads_blocks_into_sram_and_writes_the_output_once():
     for big, block in (("Q", "Qi"), ("K", "Kj"), ("V", "Vj")):
         assert d.edge(big, block).kind == "read"  # loaded, not computed
         assert d.node(big).role == d.node(block).role  # a block has its tensor's colour
+    # the loads name their blocks: I for the queries, J for the keys and values
+    assert [d.edge(big, block).label for big, block in (("Q", "Qi"), ("K", "Kj"), ("V", "Vj"))
+            ] == ["block $I$", "block $J$", "block $J$"]
     _data_path(d, ["Qi", "S", "stats", "Oi"])
     _data_path(d, ["Kj", "S"])
     _data_path(d, ["Vj", "Oi"])
