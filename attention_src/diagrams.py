@@ -1095,20 +1095,21 @@ def gpu_memory_hierarchy() -> Diagram:
     Q_I and, in turn, each block K_J, V_J into the SM's shared memory (on-chip SRAM); the
     tensor cores multiply tiles into the scores S_IJ, which, with the running m, s and the
     accumulator U, stay in the program's registers; only O_I goes back to HBM, once. Many
-    SMs run programs for different blocks at the same time."""
+    SMs run programs for different blocks at the same time. With O_I goes the log-sum-exp
+    l_I of its queries, which the backward pass reads."""
     hbm_x, smem_x, reg_x = 0.55, 2.0, 4.3
     nodes = (
         Node("Q", "$Q$", "query", hbm_x, 3.35, w=0.7),
         Node("K", "$K$", "key", hbm_x, 2.55, w=0.7),
         Node("V", "$V$", "value", hbm_x, 1.75, w=0.7),
-        Node("O", "$O$", "output", hbm_x, 0.6, w=0.7),
+        Node("O", r"$O$, $\ell$", "output", hbm_x, 0.6, w=0.8),
         Node("Qi", "$Q_I$", "query", smem_x, 3.35, w=0.8),
         Node("Kj", "$K_J$", "key", smem_x, 2.55, w=0.8),
         Node("Vj", "$V_J$", "value", smem_x, 1.75, w=0.8),
         Node("S", "tensor cores:\n" + r"$S_{IJ} = Q_I K_J^\top$", "weights", reg_x, 3.0,
              w=1.9, h=0.6),
         Node("stats", "$m$, $s$, $U$", "memory", reg_x, 1.75, w=1.5),
-        Node("Oi", r"$O_I = U / s$", "output", reg_x, 0.6, w=1.5),
+        Node("Oi", r"$O_I = U / s$, $\ell_I$", "output", reg_x, 0.6, w=1.9),
     )
     edges = (
         Edge("Q", "Qi", kind="read"),
@@ -1133,8 +1134,8 @@ def gpu_memory_hierarchy() -> Diagram:
            "K_J and V_J into the multiprocessor's shared memory (on-chip SRAM). The tensor "
            "cores multiply these tiles into the scores S_IJ, which stay in the program's "
            "registers with the running maximum m, the sum s and the accumulator U "
-           "(P = e^(S - m), U gains P V_J). Only the output block O_I = U / s is written "
-           "back to HBM, once.")
+           "(P = e^(S - m), U gains P V_J). Only the output block O_I = U / s and the "
+           "log-sum-exp l_I of its queries (one number each) are written back to HBM, once.")
     return Diagram("gpu_memory_hierarchy", nodes, edges, regions, alt=alt, height=4.2)
 
 

@@ -61,6 +61,7 @@ ALT_NAMES = {
                          "through 5 steps", "self-attention", "every input directly"],
     "gpu_memory_hierarchy": ["hbm", "shared memory (on-chip sram)", "registers",
                              "tensor cores", "running maximum m", "written back to hbm, once",
+                             "log-sum-exp l_i",
                              "largest and slowest"],
     "pretrained_encoder": ["word piece", "position", "segment", "summed and layer-normed",
                            "(b, l, 384)", "6 post-norm encoder blocks", "key mask m",
@@ -899,3 +900,4 @@ def test_gpu_memory_hierarchy_keeps_the_scores_on_chip_and_writes_the_output_onc
     assert all(e.dst in registers.members for e in d.edges_from("S"))
     assert d.edges_to("O") == [d.edge("Oi", "O")] and "once" in d.edge("Oi", "O").label
     assert "tensor cores" in d.node("S").label
+    assert r"\ell_I" in d.node("Oi").label  # the log-sum-exp goes back with O_I
