@@ -77,7 +77,8 @@ except ImportError as err:
     ) from err
 
 __all__ = ["flash_attention", "flash_attention_lse", "FlashConfig", "default_config",
-           "INTERPRETED", "HEAD_DIMS", "DTYPES", "GPU_CONFIGS", "INTERPRETER_CONFIG"]
+           "INTERPRETED", "HEAD_DIMS", "DTYPES", "GPU_CONFIGS", "GPU_BACKWARD_CONFIGS",
+           "INTERPRETER_CONFIG"]
 
 #: True when the kernels run in Triton's interpreter (CPU tensors), False when they are
 #: compiled for the GPU (CUDA tensors).
@@ -109,9 +110,10 @@ class FlashConfig(NamedTuple):
     num_stages: int = 2
 
 
-#: Launch settings on a GPU by head-dimension tile (16, 32, 64, 128): readable defaults, not
-#: yet measured. This table is the hook for a measured autotune: replace its entries (or pass
-#: ``block_m``/``block_n`` to :func:`flash_attention`).
+#: The forward kernel's launch settings on a GPU by head-dimension tile (16, 32, 64, 128):
+#: readable defaults, not yet measured. This table is the hook for a measured autotune
+#: (``benchmarks/bench_gpu.py --autotune`` prints entries to paste here; ``--configs`` applies
+#: them to a run); ``block_m``/``block_n`` given to :func:`flash_attention` override it.
 GPU_CONFIGS = {
     16: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
     32: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
@@ -119,17 +121,25 @@ GPU_CONFIGS = {
     128: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
 }
 
+#: The backward kernels' launch settings, tuned apart from the forward's: the backward pass
+#: holds more tiles at once (Q, K, V, dO, dK, dV), so its best tiles may be smaller. The same
+#: readable defaults until measured.
+GPU_BACKWARD_CONFIGS = dict(GPU_CONFIGS)
+
 #: Under the interpreter every program runs in turn on one CPU core, and NumPy's cost per
 #: operation dominates: small tiles keep the tests fast and still give several blocks.
 INTERPRETER_CONFIG = FlashConfig(block_m=16, block_n=16)
 
 
-def default_config(head_dim: int) -> FlashConfig:
+def default_config(head_dim: int, backward: bool = False) -> FlashConfig:
     """The launch settings for a head dimension ``head_dim`` (16 to 128): the interpreter's
-    small tiles, or the GPU table's entry for ``head_dim``'s power-of-two tile."""
+    small tiles, or the GPU table's entry for ``head_dim``'s power-of-two tile, from
+    :data:`GPU_BACKWARD_CONFIGS` for the backward kernels and :data:`GPU_CONFIGS` for the
+    forward one."""
     if INTERPRETED:
         return INTERPRETER_CONFIG
-    return GPU_CONFIGS[triton.next_power_of_2(head_dim)]
+    table = GPU_BACKWARD_CONFIGS if backward else GPU_CONFIGS
+    return table[triton.next_power_of_2(head_dim)]
 
 
 # ------------------------------------------------------------------------------ kernels
@@ -444,11 +454,11 @@ class _FlashAttention(torch.autograd.Function):
     size ``L_q * L_k``. First-order gradients only."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config):
+    def forward(ctx, q, k, v, causal, scale, config, backward_config):
         o, lse = _forward(q, k, v, causal, scale, config)
         ctx.mark_non_differentiable(lse)  # returned for the tests and the chapter only
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.settings = (causal, scale, config)
+        ctx.settings = (causal, scale, backward_config)
         return o, lse
 
     @staticmethod
@@ -458,9 +468,9 @@ class _FlashAttention(torch.autograd.Function):
                 "flash_attention supports first-order gradients only: its backward kernels "
                 "are not differentiable (create_graph=True is not supported)")
         q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, config = ctx.settings
-        dq, dk, dv = _backward(do.contiguous(), q, k, v, o, lse, causal, scale, config)
-        return dq, dk, dv, None, None, None
+        causal, scale, backward_config = ctx.settings
+        dq, dk, dv = _backward(do.contiguous(), q, k, v, o, lse, causal, scale, backward_config)
+        return dq, dk, dv, None, None, None, None
 
 
 # ------------------------------------------------------------------------------- public
@@ -552,10 +562,15 @@ def flash_attention_lse(
     scale = _check_inputs(query, key, value, causal, scale)
     B, h, L_q, d = query.shape
     L_k = key.shape[2]
-    config = default_config(d)
-    config = config._replace(
-        block_m=config.block_m if block_m is None else _check_block("block_m", block_m),
-        block_n=config.block_n if block_n is None else _check_block("block_n", block_n))
+    if block_m is not None:
+        _check_block("block_m", block_m)
+    if block_n is not None:
+        _check_block("block_n", block_n)
+    # the forward and backward kernels' settings; given tile sizes replace both tables'
+    config, backward_config = (
+        c._replace(block_m=c.block_m if block_m is None else block_m,
+                   block_n=c.block_n if block_n is None else block_n)
+        for c in (default_config(d), default_config(d, backward=True)))
     _check_runnable(query.device)  # last: every other error is the same on every machine
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients
@@ -567,7 +582,7 @@ def flash_attention_lse(
     q = query.reshape(B * h, L_q, d).to(dtype).contiguous()  # (BH, L_q, d)
     k = key.reshape(B * h, L_k, d).to(dtype).contiguous()  # (BH, L_k, d)
     v = value.reshape(B * h, L_k, d).to(dtype).contiguous()  # (BH, L_k, d)
-    o, lse = _FlashAttention.apply(q, k, v, causal, scale, config)
+    o, lse = _FlashAttention.apply(q, k, v, causal, scale, config, backward_config)
     o = o.to(query.dtype).reshape(B, h, L_q, d)  # (BH, L_q, d) -> (B, h, L_q, d)
     lse = lse * math.log(2)  # (BH, L_q), base 2 -> natural log: l = l2 * ln 2
     return o, lse.reshape(B, h, L_q)  # (BH, L_q) -> (B, h, L_q)
@@ -596,8 +611,9 @@ def flash_attention(
         value: ``(B, h, L_k, d)``, same dtype and device.
         causal: query ``i`` sees only keys ``j <= i``; needs ``L_q == L_k``.
         scale: positive, the factor of the scores; ``None`` for ``1 / sqrt(d)``.
-        block_m, block_n: queries and keys per tile (powers of two, at least 16); ``None``
-            for :func:`default_config`'s (16 under the interpreter, 64 on a GPU).
+        block_m, block_n: queries and keys per tile (powers of two, at least 16), in the
+            forward and the backward kernels; ``None`` for :func:`default_config`'s (16
+            under the interpreter; on a GPU, the forward and backward tables' entries).
 
     Returns:
         ``(B, h, L_q, d)``, in the inputs' dtype; zeros when ``L_k = 0``.

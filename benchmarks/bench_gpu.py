@@ -8,7 +8,9 @@ Without a CUDA device it prints one line and exits with status 0, measuring noth
 Methods, on ``(B, h, L, d)`` inputs (default batch 4, 16 heads, d 64) in float16 and bfloat16,
 causal and not, L from 512 to 32768:
 
-* ``triton``: ``attention_src.flash_triton.flash_attention`` (its default tiles);
+* ``triton``: ``attention_src.flash_triton.flash_attention`` (the settings of its tables
+  ``GPU_CONFIGS`` and ``GPU_BACKWARD_CONFIGS``: the defaults, or an autotune's with
+  ``--configs autotune.csv``);
 * ``sdpa_default``: ``F.scaled_dot_product_attention`` letting PyTorch pick its backend;
 * ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``, ``sdpa_math``: the same call restricted
   to one backend with ``torch.nn.attention.sdpa_kernel`` (a backend that refuses the inputs is
@@ -34,7 +36,15 @@ Files: ``gpu.csv`` (one row per method, dtype, causal, L and mode) and ``gpu_met
 (date, ``git describe``, the GPU's name, compute capability and memory, the driver's CUDA
 version, torch, Triton and cuDNN versions, the settings of the run).
 
-Three more measurements, each its own flag (``--only`` runs them without the main table):
+More measurements, each its own flag (``--only`` runs them without the main table):
+
+* ``--targets``: issue 25's targets, apart from the main table so that they come first: at
+  L 16384 in float16 (batch 4, 16 heads, d 64), the forward pass alone and the backward pass
+  alone (of one kept forward pass) of the Triton kernel and of each SDPA backend, causal and
+  not, and the Triton kernel's peak memory for forward and backward at L 4096 to 32768
+  (``targets.csv``); then the verdicts (``targets.json``, printed): the fastest SDPA
+  backend's time over the Triton kernel's, at least 0.8 forward and 0.6 backward, and the
+  peak memory over L within 10 % of its value at the smallest L (linear in L).
 
 * ``--masked-rows``: what each SDPA backend returns for a query row whose keys are all hidden
   by a boolean ``attn_mask``, in float32, float16 and bfloat16 (``masked_rows.csv``: the
@@ -45,9 +55,11 @@ Three more measurements, each its own flag (``--only`` runs them without the mai
   with ``enable_gqa=True`` and by repeating the key/value heads first (``decode.csv``: the
   time, and the bytes of ``attention_src.io_model.decode_step_cost`` over it, in GB/s).
 * ``--autotune``: the Triton kernels' launch settings (``block_m``, ``block_n``, warps,
-  stages) timed forward and forward+backward at L 8192 in float16 for d 64 and 128, causal and
-  not (``autotune.csv``); it prints the fastest per head dimension as ``GPU_CONFIGS``
-  entries for ``attention_src/flash_triton.py``.
+  stages) at L 8192 in float16 for d 64 and 128, causal and not: 24 settings of the forward
+  kernel timed alone, 32 of the backward kernels timed alone (``autotune.csv``). Their
+  kernels are compiled first by ``--compile-workers`` processes at once. It prints the
+  fastest per head dimension and direction as entries for ``attention_src/flash_triton.py``'s
+  ``GPU_CONFIGS`` and ``GPU_BACKWARD_CONFIGS``, and the rest of the run uses them.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -150,14 +163,26 @@ def peak_mib(fn) -> float:
 
 def make_call(fn, q, k, v, grad, mode: str):
     """A function of no argument running ``fn`` once in ``mode``: ``forward`` without
-    autograd, or ``forward_backward`` (gradients of fresh leaves, upstream gradient
-    ``grad``)."""
+    autograd, ``forward_backward`` (gradients of fresh leaves, upstream gradient ``grad``),
+    or ``backward``: the backward pass alone, of one forward pass run here once and kept
+    (``retain_graph``); each call returns the gradients ``(dq, dk, dv)``."""
     if mode == "forward":
         def forward():
             with torch.no_grad():
                 return fn(q, k, v)
         return forward
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    if mode == "backward":
+        out = fn(q, k, v)
+
+        def backward():
+            q.grad = k.grad = v.grad = None  # fresh gradients, not a sum over calls
+            out.backward(grad, retain_graph=True)
+            return q.grad, k.grad, v.grad
+        return backward
+    if mode != "forward_backward":
+        raise ValueError(f"unknown mode {mode!r}; choose from forward, forward_backward, "
+                         "backward")
 
     def forward_backward():
         fn(q, k, v).backward(grad)
@@ -281,73 +306,273 @@ def measure_decode(args) -> list[dict]:
     return rows
 
 
-AUTOTUNE_FIELDS = ["d", "causal", "L", "block_m", "block_n", "num_warps", "num_stages",
-                   "status", "forward_ms", "forward_backward_ms"]
+AUTOTUNE_FIELDS = ["direction", "d", "causal", "L", "block_m", "block_n", "num_warps",
+                   "num_stages", "status", "ms"]
+AUTOTUNE_HEAD_DIMS = (64, 128)
+DIRECTIONS = ("forward", "backward")
 
 
-def autotune_configs():
-    """The launch settings tried: tiles of 64 or 128 queries by 32, 64 or 128 keys, 4 or 8
-    warps, 2 or 3 stages."""
+def autotune_configs(direction: str = "forward"):
+    """The launch settings tried. Forward: tiles of 64 or 128 queries by 32, 64 or 128 keys,
+    4 or 8 warps, 2 or 3 stages (24). Backward, whose kernels hold more tiles at once
+    (Q, K, V, dO and two float32 accumulators): tiles of 32 to 128 queries by 32 to 128 keys
+    without the largest (128 by 128), 4 or 8 warps, 1 or 2 stages (32)."""
     from attention_src.flash_triton import FlashConfig
 
-    return [FlashConfig(bm, bn, w, st) for bm in (64, 128) for bn in (32, 64, 128)
-            for w in (4, 8) for st in (2, 3)]
+    if direction == "forward":
+        return [FlashConfig(bm, bn, w, st) for bm in (64, 128) for bn in (32, 64, 128)
+                for w in (4, 8) for st in (2, 3)]
+    if direction == "backward":
+        tiles = [(bm, bn) for bm in (32, 64, 128) for bn in (32, 64, 128) if bm * bn < 128 * 128]
+        return [FlashConfig(bm, bn, w, st) for bm, bn in tiles for w in (4, 8) for st in (1, 2)]
+    raise ValueError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
 
 
-def autotune(args, L: int = 8192, path: Path | None = None) -> list[dict]:
-    """Time every :func:`autotune_configs` entry for d 64 and 128, causal and not; the rows
-    so far are rewritten to ``path`` after each one (a run cut short keeps them)."""
+def autotune_jobs(head_dims=AUTOTUNE_HEAD_DIMS) -> list[tuple]:
+    """Every ``(direction, d, causal, config)`` the autotune times, in its order: per head
+    dimension, the forward settings (causal and not), then the backward ones."""
+    return [(direction, d, causal, config) for d in head_dims for direction in DIRECTIONS
+            for causal in (False, True) for config in autotune_configs(direction)]
+
+
+def _compile_job(job) -> tuple:
+    """In a worker process: run ``job``'s kernels once on small inputs (L 256, which Triton
+    specialises as it does L 8192: both are multiples of 16), so that their compiled code
+    lands in Triton's on-disk cache, shared with the process that times them. Returns
+    ``(job, status)``."""
+    direction, d, causal, config = job
+    try:
+        from attention_src import flash_triton
+
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v, do = (torch.randn(1, 256, d, device="cuda", dtype=torch.float16, generator=g)
+                       for _ in range(4))
+        o, lse = flash_triton._forward(q, k, v, causal, 1 / math.sqrt(d), config)
+        if direction == "backward":
+            flash_triton._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), config)
+        torch.cuda.synchronize()
+        return job, "ok"
+    except Exception as err:  # noqa: BLE001 - e.g. out of shared memory: timed as failed
+        return job, "failed: " + (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
+def precompile(jobs, workers: int) -> dict:
+    """Compile ``jobs``' kernels in ``workers`` processes at once (compiling, not running,
+    is most of an autotune's time, and it needs only the CPU). Returns ``{job: status}``;
+    an empty dict when the pool itself fails (the timing loop then compiles as it goes)."""
+    import concurrent.futures
+    import multiprocessing
+
+    try:
+        with concurrent.futures.ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return dict(pool.map(_compile_job, jobs, chunksize=4))
+    except Exception as err:  # noqa: BLE001 - a pool that cannot start is not fatal
+        print(f"precompile: the pool failed ({err!r}); compiling while timing", flush=True)
+        return {}
+
+
+def autotune(args, L: int = 8192, path: Path | None = None, head_dims=AUTOTUNE_HEAD_DIMS,
+             device: str = "cuda") -> list[dict]:
+    """Time every :func:`autotune_jobs` entry at L 8192, float16, ``--batch`` and ``--heads``
+    (4 and 16) on ``device``: the
+    forward kernel alone for the forward settings; the backward pass alone (three kernels,
+    :func:`make_call`'s ``backward``) for the backward settings, after a forward pass with
+    the forward table's setting. The rows so far are rewritten to ``path`` after each one
+    (a run cut short keeps them). The kernels are compiled first in parallel
+    (``--compile-workers``, 0 for none)."""
     from attention_src import flash_triton
 
-    B, h = 4, 16
+    jobs = autotune_jobs(head_dims)
+    compiled = {}
+    if args.compile_workers > 0:
+        started = time.perf_counter()
+        compiled = precompile(jobs, args.compile_workers)
+        print(f"compiled {len(compiled)} settings in {time.perf_counter() - started:.0f} s",
+              flush=True)
+    B, h = args.batch, args.heads
     rows = []
-    for d in (64, 128):
-        original = flash_triton.GPU_CONFIGS[d]
-        g = torch.Generator(device="cuda").manual_seed(d)
-        q, k, v, grad = (torch.randn(B, h, L, d, device="cuda", dtype=torch.float16,
-                                     generator=g) for _ in range(4))
+    inputs = {}
+    for direction, d, causal, config in jobs:
+        if d not in inputs:
+            g = torch.Generator(device=device).manual_seed(d)
+            inputs = {d: [torch.randn(B, h, L, d, device=device, dtype=torch.float16,
+                                      generator=g) for _ in range(4)]}  # q, k, v, grad
+        q, k, v, grad = inputs[d]
+        table = (flash_triton.GPU_CONFIGS if direction == "forward"
+                 else flash_triton.GPU_BACKWARD_CONFIGS)
+        original = table[d]
+        row = {"direction": direction, "d": d, "causal": causal, "L": L, **config._asdict()}
+        status = compiled.get((direction, d, causal, config), "ok")
         try:
-            for causal in (False, True):
-                fn = make_method("triton", causal, 1 / math.sqrt(d))
-                for config in autotune_configs():
-                    flash_triton.GPU_CONFIGS[d] = config
-                    row = {"d": d, "causal": causal, "L": L, **config._asdict()}
-                    try:
-                        row["forward_ms"] = time_call(make_call(fn, q, k, v, grad, "forward"),
-                                                      args.warmup, args.repeats)
-                        row["forward_backward_ms"] = time_call(
-                            make_call(fn, q, k, v, grad, "forward_backward"), args.warmup,
-                            args.repeats)
-                        row["status"] = "ok"
-                    except Exception as err:  # noqa: BLE001 - e.g. out of shared memory
-                        row["status"] = "failed: " + str(err).splitlines()[0][:200]
-                    rows.append(row)
-                    if path is not None:
-                        write_csv(rows, path, AUTOTUNE_FIELDS)
+            if status != "ok":
+                raise RuntimeError(status.removeprefix("failed: "))
+            table[d] = config
+            fn = make_method("triton", causal, 1 / math.sqrt(d))
+            row["ms"] = time_call(make_call(fn, q, k, v, grad, direction), args.warmup,
+                                  args.repeats)
+            row["status"] = "ok"
+        except Exception as err:  # noqa: BLE001 - e.g. out of shared memory
+            row["status"] = "failed: " + (str(err).splitlines() or ["?"])[0][:200]
         finally:
-            flash_triton.GPU_CONFIGS[d] = original
+            table[d] = original
+        torch.cuda.empty_cache()
+        rows.append(row)
+        if path is not None:
+            write_csv(rows, path, AUTOTUNE_FIELDS)
     return rows
 
 
-def best_configs(rows: list[dict]) -> dict[int, dict]:
-    """Per head dimension, the setting with the least forward+backward time summed over
-    causal and not (only settings that ran in both)."""
+def best_configs(rows: list[dict]) -> dict[tuple[int, str], dict]:
+    """Per head dimension and direction, the setting with the least time summed over causal
+    and not (only settings that ran in both): ``{(d, direction): {block_m, block_n,
+    num_warps, num_stages, ms}}``."""
     best = {}
-    for d in sorted({r["d"] for r in rows}):
+    keys = sorted({(int(r["d"]), r["direction"]) for r in rows})
+    for d, direction in keys:
         totals: dict[tuple, float] = {}
         counts: dict[tuple, int] = {}
         for r in rows:
-            if r["d"] != d or r["status"] != "ok":
+            if int(r["d"]) != d or r["direction"] != direction or r["status"] != "ok":
                 continue
-            key = (r["block_m"], r["block_n"], r["num_warps"], r["num_stages"])
-            totals[key] = totals.get(key, 0.0) + r["forward_backward_ms"]
+            key = tuple(int(r[f]) for f in ("block_m", "block_n", "num_warps", "num_stages"))
+            totals[key] = totals.get(key, 0.0) + float(r["ms"])
             counts[key] = counts.get(key, 0) + 1
         complete = [key for key, n in counts.items() if n == 2]
         if complete:
             key = min(complete, key=totals.__getitem__)
-            best[d] = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), key,
-                               strict=True), forward_backward_ms=totals[key])
+            best[d, direction] = dict(zip(("block_m", "block_n", "num_warps", "num_stages"),
+                                          key, strict=True), ms=totals[key])
     return best
+
+
+def read_csv(path: Path) -> list[dict]:
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def apply_configs(best: dict[tuple[int, str], dict]) -> dict[str, dict[int, list]]:
+    """Put ``best`` (from :func:`best_configs`) into ``flash_triton``'s tables, the forward
+    settings into ``GPU_CONFIGS`` and the backward ones into ``GPU_BACKWARD_CONFIGS``.
+    Returns both tables as they now are, for the run's meta file."""
+    from attention_src import flash_triton
+
+    tables = {"forward": flash_triton.GPU_CONFIGS,
+              "backward": flash_triton.GPU_BACKWARD_CONFIGS}
+    for (d, direction), setting in best.items():
+        tables[direction][d] = flash_triton.FlashConfig(
+            setting["block_m"], setting["block_n"], setting["num_warps"], setting["num_stages"])
+    return {direction: {d: list(c) for d, c in table.items()}
+            for direction, table in tables.items()}
+
+
+def config_lines(best: dict[tuple[int, str], dict]) -> list[str]:
+    """``best`` as lines to paste into ``attention_src/flash_triton.py``'s two tables."""
+    lines = []
+    for direction, table in (("forward", "GPU_CONFIGS"), ("backward", "GPU_BACKWARD_CONFIGS")):
+        lines.append(f"{table}:")
+        for (d, which), b in sorted(best.items()):
+            if which == direction:
+                lines.append(f"    {d}: FlashConfig(block_m={b['block_m']}, "
+                             f"block_n={b['block_n']}, num_warps={b['num_warps']}, "
+                             f"num_stages={b['num_stages']}),  # {b['ms']:.3f} ms")
+    return lines
+
+
+TARGET_L = 16384
+TARGET_METHODS = ["triton", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"]
+TARGETS = {"forward": 0.8, "backward": 0.6}  # the Triton kernel's speed over the fastest SDPA
+MEMORY_LENGTHS = [4096, 8192, 16384, 32768]
+TARGET_FIELDS = ["kind", "method", "causal", "L", "mode", "status", "ms", "peak_mib"]
+
+
+def measure_targets(args, device: str = "cuda", length: int = TARGET_L,
+                    memory_lengths=MEMORY_LENGTHS) -> list[dict]:
+    """The issue's targets, measured first and apart from the main table: at L ``length``
+    (16384), float16, the forward and the backward pass (each alone) of the Triton kernel and
+    of every SDPA backend, causal and not; then the Triton kernel's peak memory for forward
+    and backward at each of ``memory_lengths`` (4096 to 32768), the flash backend's beside
+    it."""
+    B, h, d = args.batch, args.heads, args.head_dim
+    rows = []
+    g = torch.Generator(device=device).manual_seed(length)
+    q, k, v, grad = (torch.randn(B, h, length, d, device=device, dtype=torch.float16,
+                                 generator=g) for _ in range(4))
+    for causal in (False, True):
+        for method in TARGET_METHODS:
+            fn = make_method(method, causal, 1 / math.sqrt(d))
+            for mode in ("forward", "backward"):
+                row = {"kind": "speed", "method": method, "causal": causal, "L": length,
+                       "mode": mode}
+                try:
+                    row.update(status="ok", ms=time_call(make_call(fn, q, k, v, grad, mode),
+                                                         args.warmup, args.repeats))
+                except torch.cuda.OutOfMemoryError:
+                    row["status"] = "oom"
+                except RuntimeError as err:  # a backend that refuses these inputs
+                    row["status"] = "unsupported: " + str(err).splitlines()[0][:200]
+                torch.cuda.empty_cache()
+                rows.append(row)
+                print(row, flush=True)
+    del q, k, v, grad
+    for method in ("triton", "sdpa_flash"):
+        fn = make_method(method, False, 1 / math.sqrt(d))
+        for L in memory_lengths:
+            g = torch.Generator(device=device).manual_seed(L)
+            q, k, v, grad = (torch.randn(B, h, L, d, device=device, dtype=torch.float16,
+                                         generator=g) for _ in range(4))
+            row = {"kind": "memory", "method": method, "causal": False, "L": L,
+                   "mode": "forward_backward"}
+            try:
+                row.update(status="ok", peak_mib=peak_mib(
+                    make_call(fn, q, k, v, grad, "forward_backward")))
+            except torch.cuda.OutOfMemoryError:
+                row["status"] = "oom"
+            except RuntimeError as err:
+                row["status"] = "unsupported: " + str(err).splitlines()[0][:200]
+            del q, k, v, grad
+            torch.cuda.empty_cache()
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def target_verdicts(rows: list[dict]) -> list[dict]:
+    """The targets from :func:`measure_targets`' rows. Speed, per (causal, mode): the
+    fastest SDPA backend's time over the Triton kernel's (1 = as fast; the target is at
+    least 0.8 forward, 0.6 backward). Memory: the Triton kernel's peak over L at each L
+    against its value at the smallest L (linear in L: every ratio within 10 % of 1; a
+    quadratic term would double it at each doubling of L)."""
+    verdicts = []
+    for causal in (False, True):
+        for mode, target in TARGETS.items():
+            ok = {r["method"]: float(r["ms"]) for r in rows
+                  if r["kind"] == "speed" and str(r["causal"]) == str(causal)
+                  and r["mode"] == mode and r["status"] == "ok"}
+            sdpa = {m: t for m, t in ok.items() if m.startswith("sdpa_")}
+            if "triton" not in ok or not sdpa:
+                verdicts.append({"target": f"{mode} causal={causal}", "value": None,
+                                 "bound": f">= {target}", "passed": False,
+                                 "detail": "not measured"})
+                continue
+            fastest = min(sdpa, key=sdpa.__getitem__)
+            ratio = sdpa[fastest] / ok["triton"]
+            verdicts.append({"target": f"{mode} causal={causal}", "value": ratio,
+                             "bound": f">= {target}", "passed": ratio >= target,
+                             "detail": f"triton {ok['triton']:.3f} ms, fastest {fastest} "
+                                       f"{sdpa[fastest]:.3f} ms"})
+    memory = sorted((int(r["L"]), float(r["peak_mib"])) for r in rows
+                    if r["kind"] == "memory" and r["method"] == "triton" and r["status"] == "ok")
+    if len(memory) >= 2 and all(peak > 0 for _, peak in memory):
+        per_token = [peak / L for L, peak in memory]
+        worst = max(abs(p / per_token[0] - 1) for p in per_token)
+        verdicts.append({"target": "memory linear in L", "value": worst, "bound": "<= 0.1",
+                         "passed": worst <= 0.1,
+                         "detail": ", ".join(f"L {L}: {peak:.0f} MiB" for L, peak in memory)})
+    else:
+        verdicts.append({"target": "memory linear in L", "value": None, "bound": "<= 0.1",
+                         "passed": False, "detail": "not measured"})
+    return verdicts
 
 
 def machine(args) -> dict:
@@ -375,7 +600,9 @@ def machine(args) -> dict:
         "triton": triton_version,
         "cudnn": torch.backends.cudnn.version(),
         "python": platform.python_version(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "settings": {k: str(v) if isinstance(v, Path) else v
+                     for k, v in vars(args).items() if k != "out"},
+        "flash_triton_configs": getattr(args, "applied_configs", None),
     }
 
 
@@ -404,6 +631,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--masked-rows", action="store_true", help="fully masked rows per backend")
     p.add_argument("--decode", action="store_true", help="one decoded token against the cache")
     p.add_argument("--autotune", action="store_true", help="time the kernels' launch settings")
+    p.add_argument("--compile-workers", type=int, default=max(1, min(14, (os.cpu_count() or 2)
+                                                                       - 2)),
+                   help="processes compiling the autotune's kernels at once (0: none)")
+    p.add_argument("--configs", type=Path, default=None,
+                   help="an autotune.csv: run with its best settings in the kernels' tables")
+    p.add_argument("--targets", action="store_true",
+                   help="the targets at L 16384 in float16 (targets.csv, targets.json)")
     p.add_argument("--only", action="store_true",
                    help="run only the flagged extra measurements, not the main table")
     args = p.parse_args(argv)
@@ -418,19 +652,32 @@ def main(argv: list[str] | None = None) -> int:
         print(NO_CUDA)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.configs is not None:  # the kernels run with a measured autotune's settings
+        best = best_configs(read_csv(args.configs))
+        args.applied_configs = apply_configs(best)
+        print("\n".join(["settings from " + str(args.configs), *config_lines(best)]),
+              flush=True)
     (args.out / "gpu_meta.json").write_text(json.dumps(machine(args), indent=1) + "\n")
+    if args.autotune:
+        best = best_configs(autotune(args, path=args.out / "autotune.csv"))
+        args.applied_configs = apply_configs(best)  # what follows in this run uses them
+        print("\n".join(config_lines(best)), flush=True)
+        (args.out / "gpu_meta.json").write_text(json.dumps(machine(args), indent=1) + "\n")
+    if args.targets:
+        rows = measure_targets(args)
+        write_csv(rows, args.out / "targets.csv", TARGET_FIELDS)
+        verdicts = target_verdicts(rows)
+        (args.out / "targets.json").write_text(json.dumps(verdicts, indent=1) + "\n")
+        for v in verdicts:
+            value = "—" if v["value"] is None else f"{v['value']:.3f}"
+            print(f"{'PASS' if v['passed'] else 'FAIL'}  {v['target']:<24} {value:>6} "
+                  f"({v['bound']})  {v['detail']}", flush=True)
     if args.masked_rows:
         write_csv(masked_rows(), args.out / "masked_rows.csv", MASKED_FIELDS)
         print(f"wrote {args.out / 'masked_rows.csv'}", flush=True)
     if args.decode:
         write_csv(measure_decode(args), args.out / "decode.csv", DECODE_FIELDS)
         print(f"wrote {args.out / 'decode.csv'}", flush=True)
-    if args.autotune:
-        tuned = autotune(args, path=args.out / "autotune.csv")
-        for d, best in best_configs(tuned).items():
-            print(f"    {d}: FlashConfig(block_m={best['block_m']}, block_n={best['block_n']}, "
-                  f"num_warps={best['num_warps']}, num_stages={best['num_stages']}),  "
-                  f"# {best['forward_backward_ms']:.3f} ms", flush=True)
     if args.only:
         return 0
     rows = []

@@ -1,29 +1,82 @@
 #!/usr/bin/env bash
 # Issue 25's checks on a lent GPU machine, as one prepared command (its image has Python 3.12,
-# PyTorch, Triton, pytest and hypothesis; nothing is installed). From the repository root:
+# PyTorch, Triton, pytest, pytest-xdist and hypothesis; nothing is installed). From the
+# repository root:
 #
-#   bash benchmarks/gpu_session.sh "$OUT"      # about 9 minutes on an H100 or H200
+#   bash benchmarks/gpu_session.sh "$OUT"      # stops by itself after SESSION_SECONDS (560)
 #
-# 1. the Triton kernels' tests, compiled and run natively on the GPU (TRITON_INTERPRET unset);
-# 2. bench_gpu.py --quick, a smoke test of every method;
-# 3. fully masked rows per backend, decoding against the KV cache, and the kernels' autotune
-#    (at most AUTOTUNE_SECONDS, default 200);
-# 4. the full benchmark (L 512 to 32768, float16 and bfloat16, causal and not), stopped after
-#    BENCH_SECONDS (default 240); gpu.csv, masked_rows.csv, decode.csv, autotune.csv and
-#    gpu_meta.json land in the folder given (default benchmarks/results), with each step's
-#    log beside them.
+# In order of what matters most, each step with a time limit, cut short where the session's
+# time is running out:
+# 1. the Triton kernels' tests, compiled and run natively on the GPU (TRITON_INTERPRET unset),
+#    8 processes at once (compiling is most of their time);
+# 2. the autotune of the forward and backward kernels' launch settings (autotune.csv);
+# 3. the targets at L 16384 in float16 with the autotune's settings (targets.csv,
+#    targets.json, printed as PASS/FAIL lines);
+# 4. fully masked rows per backend and decoding against the KV cache (masked_rows.csv,
+#    decode.csv);
+# 5. the full table (L 512 to 32768, float16 then bfloat16, causal and not) with the
+#    autotune's settings, for whatever time is left (gpu.csv, gpu_meta.json).
+# Everything, logs included, is packed after each step into OUT/session.tar.gz (the device
+# tool brings back at most 8 files), and a summary is printed last and kept as
+# OUT/summary.txt.
 set -uo pipefail
 out=${1:-benchmarks/results}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+base=$(mktemp -d)
+work="$base/gpu_session"
+mkdir -p "$work"
+total=${SESSION_SECONDS:-560}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 unset TRITON_INTERPRET
+
+pack() { tar -czf "$out/session.tar.gz" -C "$base" gpu_session; }
+
+# step NAME LIMIT COMMAND...: run COMMAND for at most LIMIT seconds and what the session has
+# left (keeping 20 s to pack and summarise), its output in NAME.log
+step() {
+    local name=$1 limit=$2 left
+    shift 2
+    left=$(( total - SECONDS - 20 ))
+    (( limit > left )) && limit=$left
+    if (( limit < 15 )); then
+        echo "== $name: skipped, $left s left" | tee "$work/$name.log"
+        return
+    fi
+    echo "== $name (at most $limit s, at $SECONDS s)"
+    timeout "$limit" "$@" 2>&1 | tee "$work/$name.log"
+    echo "== $name: exit ${PIPESTATUS[0]} at $SECONDS s" | tee -a "$work/$name.log"
+    pack
+}
+
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
-python3 -m pytest -q -p no:cacheprovider tests/test_flash_triton.py 2>&1 | tee "$out/tests.log"
-python3 benchmarks/bench_gpu.py --quick --out "$out/quick" 2>&1 | tee "$out/quick.log"
-python3 benchmarks/bench_gpu.py --masked-rows --decode --only --out "$out/extra" 2>&1 \
-    | tee "$out/extra.log"
-timeout "${AUTOTUNE_SECONDS:-200}" python3 benchmarks/bench_gpu.py --autotune --only \
-    --out "$out/autotune" 2>&1 | tee "$out/autotune.log"
-timeout "${BENCH_SECONDS:-240}" python3 benchmarks/bench_gpu.py --out "$out" 2>&1 \
-    | tee "$out/bench.log"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+} 2>&1 | tee "$work/device.txt"
+
+step tests "${TESTS_SECONDS:-120}" python3 -m pytest -q -p no:cacheprovider -n 8 \
+    tests/test_flash_triton.py
+step autotune "${AUTOTUNE_SECONDS:-150}" python3 benchmarks/bench_gpu.py --autotune --only \
+    --out "$work/autotune"
+configs=()
+[[ -s "$work/autotune/autotune.csv" ]] && configs=(--configs "$work/autotune/autotune.csv")
+step targets "${TARGETS_SECONDS:-70}" python3 benchmarks/bench_gpu.py --targets --only \
+    "${configs[@]}" --out "$work/targets"
+step extra "${EXTRA_SECONDS:-40}" python3 benchmarks/bench_gpu.py --masked-rows --decode \
+    --only --out "$work/extra"
+step bench "$total" python3 benchmarks/bench_gpu.py "${configs[@]}" --out "$work/table"
+
+{
+    echo "== summary"
+    cat "$work/device.txt"
+    echo "tests: $(grep -E 'passed|failed|error' "$work/tests.log" | tail -1)"
+    grep -A12 '^GPU_CONFIGS:' "$work/autotune.log" 2>/dev/null | head -12
+    grep -E '^(PASS|FAIL) ' "$work/targets.log" 2>/dev/null
+    for f in autotune/autotune.csv targets/targets.csv extra/masked_rows.csv extra/decode.csv \
+             table/gpu.csv; do
+        [[ -f "$work/$f" ]] && echo "$f: $(( $(wc -l < "$work/$f") - 1 )) rows"
+    done
+    echo "packed in $out/session.tar.gz at $SECONDS s"
+} 2>&1 | tee "$work/summary.txt"
+pack
+cp "$work/summary.txt" "$out/summary.txt"

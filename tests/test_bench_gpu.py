@@ -114,22 +114,171 @@ def test_the_decode_step_is_grouped_query_attention(method, kv_heads):
         bench_gpu.decode_step("fast")
 
 
-def test_autotune_configs_and_the_best_setting_by_hand():
-    configs = bench_gpu.autotune_configs()
-    assert len(configs) == len(set(configs)) == 24
-    assert all(c.block_m in (64, 128) and c.block_n in (32, 64, 128) for c in configs)
+def test_autotune_settings_per_direction_and_the_order_of_the_jobs():
+    forward, backward = (bench_gpu.autotune_configs(x) for x in ("forward", "backward"))
+    assert len(forward) == len(set(forward)) == 24
+    assert all(c.block_m in (64, 128) and c.block_n in (32, 64, 128) for c in forward)
+    assert len(backward) == len(set(backward)) == 32
+    assert all(c.block_m * c.block_n < 128 * 128 for c in backward)
+    with pytest.raises(ValueError, match="unknown direction 'sideways'"):
+        bench_gpu.autotune_configs("sideways")
+    jobs = bench_gpu.autotune_jobs()
+    assert len(jobs) == len(set(jobs)) == 2 * 2 * (24 + 32)  # head dims x causal x settings
+    assert [j[:2] for j in jobs[:1] + jobs[48:49] + jobs[112:113]] == [
+        ("forward", 64), ("backward", 64), ("forward", 128)]  # d 64 first, forward first
 
-    def row(d, causal, bm, ms, status="ok"):
-        return {"d": d, "causal": causal, "block_m": bm, "block_n": 64, "num_warps": 4,
-                "num_stages": 2, "status": status, "forward_backward_ms": ms}
 
-    rows = [row(64, False, 64, 1.0), row(64, True, 64, 1.0),  # total 2.0
-            row(64, False, 128, 0.5), row(64, True, 128, 1.2),  # total 1.7: the best
-            row(64, False, 32, 0.1), row(64, True, 32, 0.0, "failed: smem"),  # incomplete
-            row(128, False, 64, 3.0), row(128, True, 64, 2.0)]
-    best = bench_gpu.best_configs(rows)
-    assert best[64]["block_m"] == 128 and math.isclose(best[64]["forward_backward_ms"], 1.7)
-    assert best[128]["block_m"] == 64 and best[128]["forward_backward_ms"] == 5.0
+def _tuned(direction, d, causal, bm, ms, status="ok"):
+    return {"direction": direction, "d": d, "causal": causal, "L": 8192, "block_m": bm,
+            "block_n": 64, "num_warps": 4, "num_stages": 2, "status": status, "ms": ms}
+
+
+def test_the_best_setting_by_hand_read_back_from_the_csv(tmp_path):
+    rows = [_tuned("forward", 64, False, 64, 1.0), _tuned("forward", 64, True, 64, 1.0),
+            _tuned("forward", 64, False, 128, 0.5), _tuned("forward", 64, True, 128, 1.2),
+            _tuned("forward", 64, False, 32, 0.1),  # fastest, but failed when causal:
+            _tuned("forward", 64, True, 32, 0.0, "failed: out of shared memory"),
+            _tuned("backward", 64, False, 32, 4.0), _tuned("backward", 64, True, 32, 3.0),
+            _tuned("backward", 64, False, 64, 2.0), _tuned("backward", 64, True, 64, 9.0),
+            _tuned("forward", 128, False, 64, 3.0), _tuned("forward", 128, True, 64, 2.0)]
+    bench_gpu.write_csv(rows, tmp_path / "autotune.csv", bench_gpu.AUTOTUNE_FIELDS)
+    for source in (rows, bench_gpu.read_csv(tmp_path / "autotune.csv")):  # strings too
+        best = bench_gpu.best_configs(source)
+        assert sorted(best) == [(64, "backward"), (64, "forward"), (128, "forward")]
+        assert best[64, "forward"]["block_m"] == 128
+        assert math.isclose(best[64, "forward"]["ms"], 1.7)
+        assert best[64, "backward"]["block_m"] == 32 and best[64, "backward"]["ms"] == 7.0
+        assert best[128, "forward"] == {"block_m": 64, "block_n": 64, "num_warps": 4,
+                                        "num_stages": 2, "ms": 5.0}
+
+
+def test_the_best_settings_go_into_the_two_tables(monkeypatch):
+    ft = pytest.importorskip("attention_src.flash_triton") if _triton_ok() else None
+    if ft is None:
+        pytest.skip("Triton is not installed")
+    monkeypatch.setattr(ft, "GPU_CONFIGS", dict(ft.GPU_CONFIGS))
+    monkeypatch.setattr(ft, "GPU_BACKWARD_CONFIGS", dict(ft.GPU_BACKWARD_CONFIGS))
+    before_32 = ft.GPU_CONFIGS[32]
+    best = {(64, "forward"): {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3,
+                              "ms": 1.5},
+            (64, "backward"): {"block_m": 32, "block_n": 128, "num_warps": 4, "num_stages": 1,
+                               "ms": 4.0}}
+    tables = bench_gpu.apply_configs(best)
+    assert ft.GPU_CONFIGS[64] == ft.FlashConfig(128, 64, 8, 3)
+    assert ft.GPU_BACKWARD_CONFIGS[64] == ft.FlashConfig(32, 128, 4, 1)
+    assert ft.GPU_CONFIGS[32] == before_32  # an untuned head dimension keeps its setting
+    assert tables["forward"][64] == [128, 64, 8, 3] and tables["backward"][64] == [32, 128, 4, 1]
+    lines = bench_gpu.config_lines(best)
+    assert lines == [
+        "GPU_CONFIGS:",
+        "    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),  # 1.500 ms",
+        "GPU_BACKWARD_CONFIGS:",
+        "    64: FlashConfig(block_m=32, block_n=128, num_warps=4, num_stages=1),  # 4.000 ms"]
+
+
+def test_the_backward_mode_times_the_backward_pass_alone():
+    g = torch.Generator().manual_seed(3)
+    q, k, v, grad = (torch.randn(1, 2, 7, 8, generator=g, dtype=torch.float64)
+                     for _ in range(4))
+    fn = bench_gpu.make_method("sdpa_math", True, 0.4)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    fn(*leaves).backward(grad)
+    backward = bench_gpu.make_call(fn, q, k, v, grad, "backward")
+    for _ in range(2):  # every call gives the gradients, not their sum over calls
+        for got, want in zip(backward(), leaves, strict=True):
+            torch.testing.assert_close(got, want.grad, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="unknown mode 'sideways'"):
+        bench_gpu.make_call(fn, q, k, v, grad, "sideways")
+
+
+def _speed(method, causal, mode, ms, status="ok"):
+    return {"kind": "speed", "method": method, "causal": causal, "L": 16384, "mode": mode,
+            "status": status, "ms": ms}
+
+
+def _memory(L, mib):
+    return {"kind": "memory", "method": "triton", "causal": False, "L": L,
+            "mode": "forward_backward", "status": "ok", "peak_mib": mib}
+
+
+def test_the_target_verdicts_by_hand():
+    rows = [_speed("triton", False, "forward", 10.0), _speed("sdpa_cudnn", False, "forward", 8.0),
+            _speed("sdpa_flash", False, "forward", 12.0),
+            _speed("sdpa_efficient", False, "forward", 0.1, "unsupported: no"),  # not counted
+            _speed("triton", False, "backward", 20.0), _speed("sdpa_flash", False, "backward", 11),
+            _speed("sdpa_flash", True, "forward", 5.0),  # no Triton row: not measured
+            _memory(4096, 100.0), _memory(8192, 200.0), _memory(16384, 400.0)]
+    verdicts = {v["target"]: v for v in bench_gpu.target_verdicts(rows)}
+    assert list(verdicts) == ["forward causal=False", "backward causal=False",
+                              "forward causal=True", "backward causal=True",
+                              "memory linear in L"]
+    fwd = verdicts["forward causal=False"]
+    assert math.isclose(fwd["value"], 0.8) and fwd["passed"]  # 8 ms cuDNN over 10 ms
+    assert "sdpa_cudnn" in fwd["detail"]
+    bwd = verdicts["backward causal=False"]
+    assert math.isclose(bwd["value"], 0.55) and not bwd["passed"]
+    assert verdicts["forward causal=True"]["value"] is None
+    assert not verdicts["forward causal=True"]["passed"]
+    assert verdicts["memory linear in L"]["passed"]
+    assert verdicts["memory linear in L"]["value"] == 0.0
+    # a term in L^2 breaks linearity: 100, 240, 640 MiB is 1.0, 1.2 and 1.6 per 4096 keys
+    quadratic = rows[:-3] + [_memory(4096, 100.0), _memory(8192, 240.0), _memory(16384, 640.0)]
+    memory = bench_gpu.target_verdicts(quadratic)[-1]
+    assert math.isclose(memory["value"], 0.6) and not memory["passed"]
+    zero = rows[:-3] + [_memory(4096, 0.0), _memory(8192, 0.0)]  # nothing allocated: no verdict
+    assert bench_gpu.target_verdicts(zero)[-1]["detail"] == "not measured"
+
+
+def _triton_ok() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _fake_timer(monkeypatch, ft):
+    """time_call runs the call once and returns a time that depends on the setting in the
+    kernels' tables at that moment (so the autotune's choice is known); peak_mib runs it
+    once and returns 1 MiB."""
+    def time_call(fn, warmup, repeats):
+        fn()
+        forward, backward = ft.GPU_CONFIGS[64], ft.GPU_BACKWARD_CONFIGS[64]
+        return forward.block_m / 64 + backward.block_n / 16
+    monkeypatch.setattr(bench_gpu, "time_call", time_call)
+    monkeypatch.setattr(bench_gpu, "peak_mib", lambda fn: (fn(), 1.0)[1])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run needs the interpreter")
+def test_autotune_and_targets_run_end_to_end_on_the_cpu_interpreter(monkeypatch, tmp_path):
+    if not _triton_ok():
+        pytest.skip("Triton is not installed")
+    from attention_src import flash_triton as ft
+
+    monkeypatch.setattr(ft, "GPU_CONFIGS", dict(ft.GPU_CONFIGS))
+    monkeypatch.setattr(ft, "GPU_BACKWARD_CONFIGS", dict(ft.GPU_BACKWARD_CONFIGS))
+    defaults = dict(ft.GPU_CONFIGS), dict(ft.GPU_BACKWARD_CONFIGS)
+    small = {"forward": [ft.FlashConfig(64, 32), ft.FlashConfig(128, 32)],
+             "backward": [ft.FlashConfig(32, 64), ft.FlashConfig(32, 16)]}
+    monkeypatch.setattr(bench_gpu, "autotune_configs", lambda direction="forward":
+                        small[direction])
+    _fake_timer(monkeypatch, ft)
+    args = bench_gpu.parse(["--batch", "1", "--heads", "2", "--compile-workers", "0"])
+    rows = bench_gpu.autotune(args, L=24, path=tmp_path / "autotune.csv", head_dims=(64,),
+                              device="cpu")
+    assert [r["status"] for r in rows] == ["ok"] * 8
+    assert (ft.GPU_CONFIGS, ft.GPU_BACKWARD_CONFIGS) == defaults  # put back after each
+    best = bench_gpu.best_configs(bench_gpu.read_csv(tmp_path / "autotune.csv"))
+    assert (best[64, "forward"]["block_m"], best[64, "backward"]["block_n"]) == (64, 16)
+
+    rows = bench_gpu.measure_targets(args, device="cpu", length=32, memory_lengths=[16, 32])
+    speed = {(r["method"], r["causal"], r["mode"]): r["status"] for r in rows
+             if r["kind"] == "speed"}
+    assert len(speed) == 2 * 5 * 2  # causal, methods, modes
+    assert all(speed["triton", c, m] == "ok" for c in (False, True)
+               for m in ("forward", "backward"))
+    assert speed["sdpa_cudnn", False, "forward"].startswith("unsupported: ")  # not on a CPU
+    memory = [r for r in rows if r["kind"] == "memory"]
+    assert [(r["method"], r["L"]) for r in memory] == [
+        ("triton", 16), ("triton", 32), ("sdpa_flash", 16), ("sdpa_flash", 32)]
+    memory = bench_gpu.target_verdicts(rows)[-1]  # 1 MiB at L 16 and at L 32: not linear
+    assert memory["target"] == "memory linear in L" and math.isclose(memory["value"], 0.5)
 
 
 def test_the_extra_flags_parse_and_do_nothing_without_cuda(monkeypatch, capsys, tmp_path):

@@ -331,6 +331,36 @@ def test_default_config_small_tiles_interpreted_and_the_gpu_table_by_head_dim(mo
     assert flash_triton.default_config(24) is flash_triton.GPU_CONFIGS[32]
     assert flash_triton.default_config(128) is flash_triton.GPU_CONFIGS[128]
     assert sorted(flash_triton.GPU_CONFIGS) == [16, 32, 64, 128]
+    # the backward kernels read their own table
+    monkeypatch.setitem(flash_triton.GPU_BACKWARD_CONFIGS, 64, flash_triton.FlashConfig(32, 16))
+    assert flash_triton.default_config(40, backward=True) == flash_triton.FlashConfig(32, 16)
+    assert flash_triton.default_config(40) is flash_triton.GPU_CONFIGS[64]
+    assert sorted(flash_triton.GPU_BACKWARD_CONFIGS) == [16, 32, 64, 128]
+
+
+def test_the_backward_kernels_are_launched_with_the_backward_settings(monkeypatch, device):
+    """Distinct forward and backward tiles: each pass gets its own, and the gradients still
+    match SDPA's (float64 reference)."""
+    forward_tiles = flash_triton.FlashConfig(block_m=32, block_n=16)
+    backward_tiles = flash_triton.FlashConfig(block_m=16, block_n=32)
+    monkeypatch.setattr(flash_triton, "default_config",
+                        lambda d, backward=False: backward_tiles if backward else forward_tiles)
+    seen = {}
+    for name in ("_forward", "_backward"):
+        launch = getattr(flash_triton, name)
+
+        def spy(*args, _launch=launch, _name=name):
+            seen[_name] = args[-1]  # the config, the last argument of both
+            return _launch(*args)
+        monkeypatch.setattr(flash_triton, name, spy)
+    q, k, v, grad = inputs(5, 1, 2, 45, 45, 24, device=device)
+    got = forward_backward(flash, q, k, v, grad, causal=True)
+    assert seen == {"_forward": forward_tiles, "_backward": backward_tiles}
+    for x, ref in zip(got, reference(q, k, v, grad, causal=True), strict=True):
+        torch.testing.assert_close(x.double(), ref, rtol=1e-5, atol=1e-5)
+    # tile sizes given to the call replace both passes' tiles
+    forward_backward(flash, q, k, v, grad, causal=True, block_m=16, block_n=16)
+    assert {c[:2] for c in seen.values()} == {(16, 16)}
 
 
 def test_only_this_module_imports_triton():
