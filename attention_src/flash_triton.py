@@ -14,6 +14,10 @@ tiles, and writes back only its block of the output and one number per query.
   ``m``, the running sum ``s``, the un-normalised output ``U``), then ``O_I = U / s`` and the
   log-sum-exp ``l = m + log s`` of every query, saved for the backward pass. With the causal
   mask, the key blocks entirely above the diagonal are skipped and the diagonal block masked.
+  Beside it, ``_forward_kernel_split`` (a setting's ``forward="split"``) visits the same tiles
+  in the same order but masks only the blocks that need it, and under the causal mask starts
+  the programs with the most key blocks first; under the interpreter its results are the
+  plain kernel's bit for bit.
 * The backward pass, FlashAttention-2's formulas (Dao, 2023) in three kernels of this book's
   own: ``D = rowsum(dO * O)`` per query; one program per block of keys accumulating ``dK_J``
   and ``dV_J`` over the query blocks; one program per block of queries accumulating ``dQ_I``
@@ -108,7 +112,14 @@ class FlashConfig(NamedTuple):
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    #: the forward kernel: ``"plain"`` (:func:`_forward_kernel`, the chapter's) or
+    #: ``"split"`` (:func:`_forward_kernel_split`: masks only the blocks that need it, and
+    #: under the causal mask starts the longest programs first); the backward ignores it
+    forward: str = "plain"
 
+
+#: The forward kernels a :class:`FlashConfig` may name.
+FORWARD_KERNELS = ("plain", "split")
 
 #: The forward kernel's launch settings on a GPU by head-dimension tile (16, 32, 64, 128):
 #: readable defaults, not yet measured. This table is the hook for a measured autotune
@@ -227,6 +238,92 @@ def _forward_kernel(
     # O_I = U / s, and the log-sum-exp of every query, what the backward pass recomputes
     # P = exp(S - l) from: l = m + log s, here in base 2 like m and the scores (l * log2(e))
     o = u / s[:, None]  # (BLOCK_M, BLOCK_D)
+    tl.store(O + rows[:, None] * d + cols[None, :], o.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(LSE + rows, m + tl.log2(s), mask=row_ok)
+
+
+@triton.jit
+def _attend_key_block(
+    q, K, V, start_n, offs_n, rows, cols, col_ok, m, s, u, L_k, d, scale2,
+    MASK_KEYS: tl.constexpr,  # keys past L_k or past a query (ragged or diagonal block)
+    CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """:func:`_forward_kernel`'s loop body for one block of keys at ``start_n``, masking
+    only what ``MASK_KEYS`` and ``EVEN_D`` say may need it. Returns the new ``m, s, u``."""
+    keys = start_n + offs_n  # (BLOCK_N,)
+    if MASK_KEYS:
+        key_ok = keys < L_k
+        kv_mask = key_ok[:, None] & col_ok[None, :]
+        k = tl.load(K + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
+    elif EVEN_D:  # a whole block, every feature real: loads without a mask
+        k = tl.load(K + keys[:, None] * d + cols[None, :])
+        v = tl.load(V + keys[:, None] * d + cols[None, :])
+    else:
+        k = tl.load(K + keys[:, None] * d + cols[None, :], mask=col_ok[None, :], other=0.0)
+        v = tl.load(V + keys[:, None] * d + cols[None, :], mask=col_ok[None, :], other=0.0)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N) f32
+    if MASK_KEYS:
+        visible = key_ok[None, :]  # (1, BLOCK_N)
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])  # (BLOCK_M, BLOCK_N)
+        scores = tl.where(visible, scores, float("-inf"))
+    m_new = tl.maximum(m, tl.max(scores, axis=1))  # (BLOCK_M,)
+    c = tl.exp2(m - m_new)
+    p = tl.exp2(scores - m_new[:, None])
+    s = c * s + tl.sum(p, axis=1)
+    u = c[:, None] * u + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, s, u
+
+
+@triton.jit
+def _forward_kernel_split(
+    Q, K, V, O, LSE, L_q, L_k, d, scale,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,  # d == BLOCK_D: no padding features
+):
+    """:func:`_forward_kernel` with its key loop split in two, the same tiles in the same
+    order: the blocks every query of this program sees in full, without a mask, then the
+    rest (the diagonal blocks under the causal mask, a ragged last block) with it. Causal,
+    the programs take their query blocks from the last (the most key blocks) to the first,
+    so that the longest ones start first."""
+    if CAUSAL:
+        block_i = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        block_i = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    Q += bh * L_q * d
+    K += bh * L_k * d
+    V += bh * L_k * d
+    O += bh * L_q * d
+    LSE += bh * L_q
+    rows = block_i * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    cols = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    row_ok = rows < L_q
+    col_ok = cols < d
+    q = tl.load(Q + rows[:, None] * d + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+    scale2 = scale * LOG2_E
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_M], tl.float32)
+    u = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if CAUSAL:
+        # whole key blocks ending at or before this block's first query, seen by all
+        full_end = (block_i * BLOCK_M) // BLOCK_N * BLOCK_N
+        k_end = tl.minimum(L_k, (block_i + 1) * BLOCK_M)
+    else:
+        full_end = (L_k // BLOCK_N) * BLOCK_N  # the whole key blocks
+        k_end = L_k
+    for start_n in range(0, full_end, BLOCK_N):
+        m, s, u = _attend_key_block(q, K, V, start_n, offs_n, rows, cols, col_ok, m, s, u,
+                                    L_k, d, scale2, False, CAUSAL, EVEN_D, PRECISION)
+    for start_n in range(full_end, k_end, BLOCK_N):
+        m, s, u = _attend_key_block(q, K, V, start_n, offs_n, rows, cols, col_ok, m, s, u,
+                                    L_k, d, scale2, True, CAUSAL, EVEN_D, PRECISION)
+    o = u / s[:, None]
     tl.store(O + rows[:, None] * d + cols[None, :], o.to(O.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
     tl.store(LSE + rows, m + tl.log2(s), mask=row_ok)
@@ -417,12 +514,18 @@ def _forward(q, k, v, causal, scale, config):
     o = torch.empty_like(q)  # (BH, L_q, d)
     lse = torch.empty(BH, L_q, dtype=torch.float32, device=q.device)  # (BH, L_q)
     grid = (triton.cdiv(L_q, config.block_m), BH)  # one program per (query block, pair)
-    _forward_kernel[grid](
-        q, k, v, o, lse, L_q, L_k, d, scale,
-        CAUSAL=causal, PRECISION=_precision(q.dtype),
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_D=triton.next_power_of_2(d),
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+    BLOCK_D = triton.next_power_of_2(d)
+    settings = {"CAUSAL": causal, "PRECISION": _precision(q.dtype), "BLOCK_M": config.block_m,
+                "BLOCK_N": config.block_n, "BLOCK_D": BLOCK_D,
+                "num_warps": config.num_warps, "num_stages": config.num_stages}
+    if config.forward not in FORWARD_KERNELS:
+        raise ValueError(f"unknown forward kernel {config.forward!r} in {config}; choose from "
+                         f"{FORWARD_KERNELS}")
+    if config.forward == "split":
+        _forward_kernel_split[grid](q, k, v, o, lse, L_q, L_k, d, scale,
+                                    EVEN_D=d == BLOCK_D, **settings)
+    else:
+        _forward_kernel[grid](q, k, v, o, lse, L_q, L_k, d, scale, **settings)
     return o, lse
 
 

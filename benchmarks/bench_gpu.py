@@ -55,8 +55,9 @@ More measurements, each its own flag (``--only`` runs them without the main tabl
   with ``enable_gqa=True`` and by repeating the key/value heads first (``decode.csv``: the
   time, and the bytes of ``attention_src.io_model.decode_step_cost`` over it, in GB/s).
 * ``--autotune``: the Triton kernels' launch settings (``block_m``, ``block_n``, warps,
-  stages) at L 8192 in float16 for d 64 and 128, causal and not: 24 settings of the forward
-  kernel timed alone, 32 of the backward kernels timed alone (``autotune.csv``). Their
+  stages, and which forward kernel: the plain one or the split one) at L 8192 in float16 for
+  d 64 and 128, causal and not: 48 settings of the forward kernel timed alone, 32 of the
+  backward kernels timed alone (``autotune.csv``). Their
   kernels are compiled first by ``--compile-workers`` processes at once. It prints the
   fastest per head dimension and direction as entries for ``attention_src/flash_triton.py``'s
   ``GPU_CONFIGS`` and ``GPU_BACKWARD_CONFIGS``, and the rest of the run uses them.
@@ -307,21 +308,22 @@ def measure_decode(args) -> list[dict]:
 
 
 AUTOTUNE_FIELDS = ["direction", "d", "causal", "L", "block_m", "block_n", "num_warps",
-                   "num_stages", "status", "ms"]
+                   "num_stages", "forward", "status", "ms"]
 AUTOTUNE_HEAD_DIMS = (64, 128)
 DIRECTIONS = ("forward", "backward")
 
 
 def autotune_configs(direction: str = "forward"):
     """The launch settings tried. Forward: tiles of 64 or 128 queries by 32, 64 or 128 keys,
-    4 or 8 warps, 2 or 3 stages (24). Backward, whose kernels hold more tiles at once
-    (Q, K, V, dO and two float32 accumulators): tiles of 32 to 128 queries by 32 to 128 keys
-    without the largest (128 by 128), 4 or 8 warps, 1 or 2 stages (32)."""
+    4 or 8 warps, 2 or 3 stages, the plain or the split kernel (48). Backward, whose kernels
+    hold more tiles at once (Q, K, V, dO and two float32 accumulators): tiles of 32 to 128
+    queries by 32 to 128 keys without the largest (128 by 128), 4 or 8 warps, 1 or 2 stages
+    (32)."""
     from attention_src.flash_triton import FlashConfig
 
     if direction == "forward":
-        return [FlashConfig(bm, bn, w, st) for bm in (64, 128) for bn in (32, 64, 128)
-                for w in (4, 8) for st in (2, 3)]
+        return [FlashConfig(bm, bn, w, st, kernel) for bm in (64, 128) for bn in (32, 64, 128)
+                for w in (4, 8) for st in (2, 3) for kernel in ("plain", "split")]
     if direction == "backward":
         tiles = [(bm, bn) for bm in (32, 64, 128) for bn in (32, 64, 128) if bm * bn < 128 * 128]
         return [FlashConfig(bm, bn, w, st) for bm, bn in tiles for w in (4, 8) for st in (1, 2)]
@@ -435,14 +437,15 @@ def best_configs(rows: list[dict]) -> dict[tuple[int, str], dict]:
         for r in rows:
             if int(r["d"]) != d or r["direction"] != direction or r["status"] != "ok":
                 continue
-            key = tuple(int(r[f]) for f in ("block_m", "block_n", "num_warps", "num_stages"))
+            key = (*(int(r[f]) for f in ("block_m", "block_n", "num_warps", "num_stages")),
+                   r.get("forward") or "plain")
             totals[key] = totals.get(key, 0.0) + float(r["ms"])
             counts[key] = counts.get(key, 0) + 1
         complete = [key for key, n in counts.items() if n == 2]
         if complete:
             key = min(complete, key=totals.__getitem__)
-            best[d, direction] = dict(zip(("block_m", "block_n", "num_warps", "num_stages"),
-                                          key, strict=True), ms=totals[key])
+            best[d, direction] = dict(zip(("block_m", "block_n", "num_warps", "num_stages",
+                                           "forward"), key, strict=True), ms=totals[key])
     return best
 
 
@@ -461,7 +464,8 @@ def apply_configs(best: dict[tuple[int, str], dict]) -> dict[str, dict[int, list
               "backward": flash_triton.GPU_BACKWARD_CONFIGS}
     for (d, direction), setting in best.items():
         tables[direction][d] = flash_triton.FlashConfig(
-            setting["block_m"], setting["block_n"], setting["num_warps"], setting["num_stages"])
+            setting["block_m"], setting["block_n"], setting["num_warps"], setting["num_stages"],
+            setting.get("forward", "plain"))
     return {direction: {d: list(c) for d, c in table.items()}
             for direction, table in tables.items()}
 
@@ -473,9 +477,11 @@ def config_lines(best: dict[tuple[int, str], dict]) -> list[str]:
         lines.append(f"{table}:")
         for (d, which), b in sorted(best.items()):
             if which == direction:
+                kernel = (f", forward={b['forward']!r}"
+                          if b.get("forward", "plain") != "plain" else "")
                 lines.append(f"    {d}: FlashConfig(block_m={b['block_m']}, "
                              f"block_n={b['block_n']}, num_warps={b['num_warps']}, "
-                             f"num_stages={b['num_stages']}),  # {b['ms']:.3f} ms")
+                             f"num_stages={b['num_stages']}{kernel}),  # {b['ms']:.3f} ms")
     return lines
 
 

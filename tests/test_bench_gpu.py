@@ -116,15 +116,16 @@ def test_the_decode_step_is_grouped_query_attention(method, kv_heads):
 
 def test_autotune_settings_per_direction_and_the_order_of_the_jobs():
     forward, backward = (bench_gpu.autotune_configs(x) for x in ("forward", "backward"))
-    assert len(forward) == len(set(forward)) == 24
+    assert len(forward) == len(set(forward)) == 48
     assert all(c.block_m in (64, 128) and c.block_n in (32, 64, 128) for c in forward)
+    assert {c.forward for c in forward} == {"plain", "split"}
     assert len(backward) == len(set(backward)) == 32
     assert all(c.block_m * c.block_n < 128 * 128 for c in backward)
     with pytest.raises(ValueError, match="unknown direction 'sideways'"):
         bench_gpu.autotune_configs("sideways")
     jobs = bench_gpu.autotune_jobs()
-    assert len(jobs) == len(set(jobs)) == 2 * 2 * (24 + 32)  # head dims x causal x settings
-    assert [j[:2] for j in jobs[:1] + jobs[48:49] + jobs[112:113]] == [
+    assert len(jobs) == len(set(jobs)) == 2 * 2 * (48 + 32)  # head dims x causal x settings
+    assert [j[:2] for j in jobs[:1] + jobs[96:97] + jobs[160:161]] == [
         ("forward", 64), ("backward", 64), ("forward", 128)]  # d 64 first, forward first
 
 
@@ -149,7 +150,7 @@ def test_the_best_setting_by_hand_read_back_from_the_csv(tmp_path):
         assert math.isclose(best[64, "forward"]["ms"], 1.7)
         assert best[64, "backward"]["block_m"] == 32 and best[64, "backward"]["ms"] == 7.0
         assert best[128, "forward"] == {"block_m": 64, "block_n": 64, "num_warps": 4,
-                                        "num_stages": 2, "ms": 5.0}
+                                        "num_stages": 2, "forward": "plain", "ms": 5.0}
 
 
 def test_the_best_settings_go_into_the_two_tables(monkeypatch):
@@ -160,18 +161,20 @@ def test_the_best_settings_go_into_the_two_tables(monkeypatch):
     monkeypatch.setattr(ft, "GPU_BACKWARD_CONFIGS", dict(ft.GPU_BACKWARD_CONFIGS))
     before_32 = ft.GPU_CONFIGS[32]
     best = {(64, "forward"): {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3,
-                              "ms": 1.5},
+                              "forward": "split", "ms": 1.5},
             (64, "backward"): {"block_m": 32, "block_n": 128, "num_warps": 4, "num_stages": 1,
                                "ms": 4.0}}
     tables = bench_gpu.apply_configs(best)
-    assert ft.GPU_CONFIGS[64] == ft.FlashConfig(128, 64, 8, 3)
+    assert ft.GPU_CONFIGS[64] == ft.FlashConfig(128, 64, 8, 3, "split")
     assert ft.GPU_BACKWARD_CONFIGS[64] == ft.FlashConfig(32, 128, 4, 1)
     assert ft.GPU_CONFIGS[32] == before_32  # an untuned head dimension keeps its setting
-    assert tables["forward"][64] == [128, 64, 8, 3] and tables["backward"][64] == [32, 128, 4, 1]
+    assert tables["forward"][64] == [128, 64, 8, 3, "split"]
+    assert tables["backward"][64] == [32, 128, 4, 1, "plain"]
     lines = bench_gpu.config_lines(best)
     assert lines == [
         "GPU_CONFIGS:",
-        "    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),  # 1.500 ms",
+        "    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, "
+        "forward='split'),  # 1.500 ms",
         "GPU_BACKWARD_CONFIGS:",
         "    64: FlashConfig(block_m=32, block_n=128, num_warps=4, num_stages=1),  # 4.000 ms"]
 

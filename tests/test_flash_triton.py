@@ -412,3 +412,45 @@ def test_triton_imported_before_the_variable_is_an_import_error(monkeypatch):
     with pytest.raises(ImportError, match="Triton was imported before TRITON_INTERPRET=1"):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
     assert "TRITON_INTERPRET" not in os.environ
+
+
+# ------------------------------------------------- the split forward kernel, beside the plain
+
+
+@pytest.mark.parametrize(("causal", "L_q", "L_k", "d", "block_m", "block_n"), [
+    (False, 45, 45, 32, 16, 16),  # ragged last key block, every feature real
+    (False, 20, 70, 24, 16, 32),  # L_q != L_k, padding features, taller key blocks
+    (True, 45, 45, 32, 16, 16),
+    (True, 64, 64, 24, 32, 16),  # two key blocks per query block: one whole, one diagonal
+    (True, 50, 50, 16, 16, 32),  # a key block wider than a query block
+], ids=["full-ragged", "Lq<Lk-d24", "causal-ragged", "causal-32x16", "causal-16x32"])
+def test_the_split_forward_kernel_gives_the_plain_kernels_numbers(monkeypatch, device, causal,
+                                                                  L_q, L_k, d, block_m,
+                                                                  block_n):
+    """Same tiles in the same order, masks only where needed, causal blocks in reverse:
+    under the interpreter every output and log-sum-exp is bit for bit the plain kernel's;
+    compiled, within float32 rounding. Gradients (the same backward) match SDPA's."""
+    q, k, v, grad = inputs(11, 2, 2, L_q, L_k, d, device=device)
+    tiles = flash_triton.FlashConfig(block_m, block_n)
+    outs = {}
+    for kernel in flash_triton.FORWARD_KERNELS:
+        monkeypatch.setattr(flash_triton, "default_config",
+                            lambda head_dim, backward=False, _k=kernel: tiles._replace(forward=_k))
+        outs[kernel] = flash_attention_lse(q, k, v, causal)
+    for plain, split in zip(outs["plain"], outs["split"], strict=True):
+        if flash_triton.INTERPRETED:
+            assert torch.equal(plain, split)
+        else:
+            torch.testing.assert_close(split, plain, rtol=1e-6, atol=1e-6)
+    got = forward_backward(flash, q, k, v, grad, causal=causal)
+    for x, ref in zip(got, reference(q, k, v, grad, causal=causal), strict=True):
+        torch.testing.assert_close(x.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unknown_forward_kernel_is_named(monkeypatch):
+    monkeypatch.setattr(flash_triton, "default_config",
+                        lambda head_dim, backward=False: flash_triton.FlashConfig(
+                            16, 16, forward="fused"))
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="unknown forward kernel 'fused'"):
+        flash_attention(q, k, v)
