@@ -518,7 +518,7 @@ def _forward(q, k, v, causal, scale, config):
     settings = {"CAUSAL": causal, "PRECISION": _precision(q.dtype), "BLOCK_M": config.block_m,
                 "BLOCK_N": config.block_n, "BLOCK_D": BLOCK_D,
                 "num_warps": config.num_warps, "num_stages": config.num_stages}
-    if config.forward not in FORWARD_KERNELS:
+    if config.forward not in FORWARD_KERNELS:  # also checked by flash_attention_lse
         raise ValueError(f"unknown forward kernel {config.forward!r} in {config}; choose from "
                          f"{FORWARD_KERNELS}")
     if config.forward == "split":
@@ -674,6 +674,9 @@ def flash_attention_lse(
         c._replace(block_m=c.block_m if block_m is None else block_m,
                    block_n=c.block_n if block_n is None else block_n)
         for c in (default_config(d), default_config(d, backward=True)))
+    if config.forward not in FORWARD_KERNELS:
+        raise ValueError(f"unknown forward kernel {config.forward!r} in {config}; choose from "
+                         f"{FORWARD_KERNELS}")
     _check_runnable(query.device)  # last: every other error is the same on every machine
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients

@@ -190,6 +190,41 @@ def make_call(fn, q, k, v, grad, mode: str):
     return forward_backward
 
 
+def attempt(row: dict, measure) -> dict:
+    """``row`` updated with ``status="ok"`` and the dict ``measure()`` returns, or with the
+    status of its failure: ``oom``; ``unsupported: ...`` (a ``RuntimeError``, as a backend
+    refusing the inputs raises); ``failed: ...`` (anything else, e.g. Triton's compile and
+    resource errors, which are not ``RuntimeError``s). Frees the allocator's cache after."""
+    try:
+        row.update(status="ok", **measure())
+    except torch.cuda.OutOfMemoryError:
+        row["status"] = "oom"
+    except RuntimeError as err:
+        row["status"] = "unsupported: " + _first_line(err)
+    except Exception as err:  # noqa: BLE001 - the run goes on to the next case
+        row["status"] = "failed: " + _first_line(err)
+    torch.cuda.empty_cache()
+    return row
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
+def relative_error(got, want) -> float:
+    """``max |got - want| / max(1, max |want|)`` over tensors (or equal-length sequences of
+    them), in float32: a gross-error check between two half-precision computations."""
+    if isinstance(got, torch.Tensor):
+        got, want = [got], [want]
+    return max(float((g.float() - w.float()).abs().max()) / max(1.0, float(w.float().abs().max()))
+               for g, w in zip(got, want, strict=True))
+
+
+#: above this relative error (see :func:`relative_error`) a setting computes something else:
+#: float16 results of two correct kernels differ by about 1e-3
+WRONG = 2e-2
+
+
 def measure_case(method, dtype, causal, L, args, reference) -> list[dict]:
     """The rows of one (method, dtype, causal, L): forward and forward_backward."""
     B, h, d = args.batch, args.heads, args.head_dim
@@ -202,20 +237,17 @@ def measure_case(method, dtype, causal, L, args, reference) -> list[dict]:
         row = {"method": method, "dtype": str(dtype).removeprefix("torch."), "causal": causal,
                "L": L, "mode": mode, "B": B, "h": h, "d": d}
         call = make_call(fn, q, k, v, grad, mode)
-        try:
+
+        def measure(mode=mode, call=call):
+            out = {}
             if mode == "forward" and reference is not None:
                 with torch.no_grad():
                     ref = reference(q.float(), k.float(), v.float())
-                    row["max_abs_diff"] = (fn(q, k, v).float() - ref).abs().max().item()
+                    out["max_abs_diff"] = (fn(q, k, v).float() - ref).abs().max().item()
             ms = time_call(call, args.warmup, args.repeats)
-            row.update(status="ok", ms=ms, peak_mib=peak_mib(call),
-                       tflops=attention_flops(B, h, L, d, causal, mode) / (ms * 1e-3) / 1e12)
-        except torch.cuda.OutOfMemoryError:
-            row["status"] = "oom"
-        except RuntimeError as err:  # a backend that refuses these inputs
-            row["status"] = "unsupported: " + str(err).splitlines()[0][:200]
-        torch.cuda.empty_cache()
-        rows.append(row)
+            return dict(out, ms=ms, peak_mib=peak_mib(call),
+                        tflops=attention_flops(B, h, L, d, causal, mode) / (ms * 1e-3) / 1e12)
+        rows.append(attempt(row, measure))
     return rows
 
 
@@ -308,8 +340,10 @@ def measure_decode(args) -> list[dict]:
 
 
 AUTOTUNE_FIELDS = ["direction", "d", "causal", "L", "block_m", "block_n", "num_warps",
-                   "num_stages", "forward", "status", "ms"]
+                   "num_stages", "forward", "status", "ms", "error"]
 AUTOTUNE_HEAD_DIMS = (64, 128)
+#: what the autotune checks each setting's results against
+AUTOTUNE_REFERENCE = "sdpa_flash"
 DIRECTIONS = ("forward", "backward")
 
 
@@ -349,13 +383,19 @@ def _compile_job(job) -> tuple:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(1, 256, d, device="cuda", dtype=torch.float16, generator=g)
                        for _ in range(4))
-        o, lse = flash_triton._forward(q, k, v, causal, 1 / math.sqrt(d), config)
+        # the backward settings are timed after a forward pass with the forward table's
+        forward = config if direction == "forward" else flash_triton.GPU_CONFIGS[d]
+        o, lse = flash_triton._forward(q, k, v, causal, 1 / math.sqrt(d), forward)
         if direction == "backward":
             flash_triton._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), config)
         torch.cuda.synchronize()
         return job, "ok"
-    except Exception as err:  # noqa: BLE001 - e.g. out of shared memory: timed as failed
-        return job, "failed: " + (str(err).splitlines() or [type(err).__name__])[0][:200]
+    except Exception as err:  # noqa: BLE001 - sorted below
+        # Triton's own errors (out of shared memory, a failed compile) rule the setting
+        # out; anything else (a CUDA context this worker could not make...) does not say
+        # the setting is bad: the timing process tries it itself
+        triton_error = any(c.__module__.startswith("triton") for c in type(err).__mro__)
+        return job, ("failed: " if triton_error else "retry: ") + _first_line(err)
 
 
 def precompile(jobs, workers: int) -> dict:
@@ -377,51 +417,66 @@ def precompile(jobs, workers: int) -> dict:
 def autotune(args, L: int = 8192, path: Path | None = None, head_dims=AUTOTUNE_HEAD_DIMS,
              device: str = "cuda") -> list[dict]:
     """Time every :func:`autotune_jobs` entry at L 8192, float16, ``--batch`` and ``--heads``
-    (4 and 16) on ``device``: the
-    forward kernel alone for the forward settings; the backward pass alone (three kernels,
-    :func:`make_call`'s ``backward``) for the backward settings, after a forward pass with
-    the forward table's setting. The rows so far are rewritten to ``path`` after each one
-    (a run cut short keeps them). The kernels are compiled first in parallel
-    (``--compile-workers``, 0 for none)."""
+    (4 and 16) on ``device``, one head dimension after the other (d 64 first): its kernels
+    compiled first by ``--compile-workers`` processes at once (0: none), then the forward
+    kernel timed alone for each forward setting, and the backward pass alone (three kernels,
+    :func:`make_call`'s ``backward``, after a forward pass with the forward table's setting)
+    for each backward setting. Each setting's output (forward) or gradients (backward) are
+    compared with SDPA's flash backend on the same inputs: a relative error above
+    :data:`WRONG` makes its status ``wrong`` (never chosen). The rows so far are rewritten to
+    ``path`` after each one, and the best settings are printed after each head dimension
+    (a run cut short keeps them)."""
     from attention_src import flash_triton
 
-    jobs = autotune_jobs(head_dims)
-    compiled = {}
-    if args.compile_workers > 0:
-        started = time.perf_counter()
-        compiled = precompile(jobs, args.compile_workers)
-        print(f"compiled {len(compiled)} settings in {time.perf_counter() - started:.0f} s",
-              flush=True)
     B, h = args.batch, args.heads
     rows = []
-    inputs = {}
-    for direction, d, causal, config in jobs:
-        if d not in inputs:
-            g = torch.Generator(device=device).manual_seed(d)
-            inputs = {d: [torch.randn(B, h, L, d, device=device, dtype=torch.float16,
-                                      generator=g) for _ in range(4)]}  # q, k, v, grad
-        q, k, v, grad = inputs[d]
-        table = (flash_triton.GPU_CONFIGS if direction == "forward"
-                 else flash_triton.GPU_BACKWARD_CONFIGS)
-        original = table[d]
-        row = {"direction": direction, "d": d, "causal": causal, "L": L, **config._asdict()}
-        status = compiled.get((direction, d, causal, config), "ok")
-        try:
-            if status != "ok":
-                raise RuntimeError(status.removeprefix("failed: "))
+    for d in head_dims:
+        jobs = autotune_jobs((d,))
+        compiled = {}
+        if args.compile_workers > 0:
+            started = time.perf_counter()
+            compiled = precompile(jobs, args.compile_workers)
+            print(f"d {d}: compiled {len(compiled)} settings in "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
+        g = torch.Generator(device=device).manual_seed(d)
+        q, k, v, grad = (torch.randn(B, h, L, d, device=device, dtype=torch.float16,
+                                     generator=g) for _ in range(4))
+        references = {}  # (direction, causal) -> SDPA's output or gradients
+        for direction, _, causal, config in jobs:
+            if (direction, causal) not in references:
+                ref = make_method(AUTOTUNE_REFERENCE, causal, 1 / math.sqrt(d))
+                references[direction, causal] = make_call(ref, q, k, v, grad, direction)()
+            table = (flash_triton.GPU_CONFIGS if direction == "forward"
+                     else flash_triton.GPU_BACKWARD_CONFIGS)
+            original = table[d]
+            row = {"direction": direction, "d": d, "causal": causal, "L": L,
+                   **config._asdict()}
+            status = compiled.get((direction, d, causal, config), "ok")
+
+            def measure(direction=direction, causal=causal, status=status,
+                        want=references[direction, causal], d=d, tensors=(q, k, v, grad)):
+                if status.startswith("failed: "):  # Triton ruled it out when compiling
+                    raise ValueError(status.removeprefix("failed: "))
+                fn = make_method("triton", causal, 1 / math.sqrt(d))
+                call = make_call(fn, *tensors, direction)
+                error = relative_error(call(), want)
+                ms = time_call(call, args.warmup, args.repeats)
+                if not error <= WRONG:  # NaN too
+                    raise ArithmeticError(f"wrong: relative error {error:.3g}")
+                return {"ms": ms, "error": error}
             table[d] = config
-            fn = make_method("triton", causal, 1 / math.sqrt(d))
-            row["ms"] = time_call(make_call(fn, q, k, v, grad, direction), args.warmup,
-                                  args.repeats)
-            row["status"] = "ok"
-        except Exception as err:  # noqa: BLE001 - e.g. out of shared memory
-            row["status"] = "failed: " + (str(err).splitlines() or ["?"])[0][:200]
-        finally:
-            table[d] = original
+            try:
+                attempt(row, measure)
+            finally:
+                table[d] = original
+            if row["status"].startswith("failed: wrong: "):
+                row["status"] = row["status"].removeprefix("failed: ")
+            rows.append(row)
+            if path is not None:
+                write_csv(rows, path, AUTOTUNE_FIELDS)
+        del q, k, v, grad, references
         torch.cuda.empty_cache()
-        rows.append(row)
-        if path is not None:
-            write_csv(rows, path, AUTOTUNE_FIELDS)
+        print("\n".join(config_lines(best_configs(rows))), flush=True)
     return rows
 
 
@@ -489,16 +544,17 @@ TARGET_L = 16384
 TARGET_METHODS = ["triton", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"]
 TARGETS = {"forward": 0.8, "backward": 0.6}  # the Triton kernel's speed over the fastest SDPA
 MEMORY_LENGTHS = [4096, 8192, 16384, 32768]
-TARGET_FIELDS = ["kind", "method", "causal", "L", "mode", "status", "ms", "peak_mib"]
+TARGET_FIELDS = ["kind", "method", "causal", "L", "mode", "status", "ms", "peak_mib", "error"]
 
 
 def measure_targets(args, device: str = "cuda", length: int = TARGET_L,
                     memory_lengths=MEMORY_LENGTHS) -> list[dict]:
     """The issue's targets, measured first and apart from the main table: at L ``length``
     (16384), float16, the forward and the backward pass (each alone) of the Triton kernel and
-    of every SDPA backend, causal and not; then the Triton kernel's peak memory for forward
-    and backward at each of ``memory_lengths`` (4096 to 32768), the flash backend's beside
-    it."""
+    of every SDPA backend, causal and not (the Triton rows with their relative error against
+    the flash backend's output or gradients, :func:`relative_error`); then the Triton
+    kernel's peak memory for forward and backward at each of ``memory_lengths`` (4096 to
+    32768), the flash backend's beside it."""
     B, h, d = args.batch, args.heads, args.head_dim
     rows = []
     g = torch.Generator(device=device).manual_seed(length)
@@ -510,15 +566,16 @@ def measure_targets(args, device: str = "cuda", length: int = TARGET_L,
             for mode in ("forward", "backward"):
                 row = {"kind": "speed", "method": method, "causal": causal, "L": length,
                        "mode": mode}
-                try:
-                    row.update(status="ok", ms=time_call(make_call(fn, q, k, v, grad, mode),
-                                                         args.warmup, args.repeats))
-                except torch.cuda.OutOfMemoryError:
-                    row["status"] = "oom"
-                except RuntimeError as err:  # a backend that refuses these inputs
-                    row["status"] = "unsupported: " + str(err).splitlines()[0][:200]
-                torch.cuda.empty_cache()
-                rows.append(row)
+
+                def measure(mode=mode, fn=fn, causal=causal, method=method,
+                            tensors=(q, k, v, grad)):
+                    call = make_call(fn, *tensors, mode)
+                    out = {"ms": time_call(call, args.warmup, args.repeats)}
+                    if method == "triton":
+                        ref = make_method(AUTOTUNE_REFERENCE, causal, 1 / math.sqrt(d))
+                        out["error"] = relative_error(call(), make_call(ref, *tensors, mode)())
+                    return out
+                rows.append(attempt(row, measure))
                 print(row, flush=True)
     del q, k, v, grad
     for method in ("triton", "sdpa_flash"):
@@ -529,16 +586,10 @@ def measure_targets(args, device: str = "cuda", length: int = TARGET_L,
                                          generator=g) for _ in range(4))
             row = {"kind": "memory", "method": method, "causal": False, "L": L,
                    "mode": "forward_backward"}
-            try:
-                row.update(status="ok", peak_mib=peak_mib(
-                    make_call(fn, q, k, v, grad, "forward_backward")))
-            except torch.cuda.OutOfMemoryError:
-                row["status"] = "oom"
-            except RuntimeError as err:
-                row["status"] = "unsupported: " + str(err).splitlines()[0][:200]
+            rows.append(attempt(row, lambda fn=fn, q=q, k=k, v=v, grad=grad: {
+                "peak_mib": peak_mib(make_call(fn, q, k, v, grad, "forward_backward"))}))
             del q, k, v, grad
             torch.cuda.empty_cache()
-            rows.append(row)
             print(row, flush=True)
     return rows
 
@@ -548,7 +599,8 @@ def target_verdicts(rows: list[dict]) -> list[dict]:
     fastest SDPA backend's time over the Triton kernel's (1 = as fast; the target is at
     least 0.8 forward, 0.6 backward). Memory: the Triton kernel's peak over L at each L
     against its value at the smallest L (linear in L: every ratio within 10 % of 1; a
-    quadratic term would double it at each doubling of L)."""
+    quadratic term would double it at each doubling of L). A speed target fails whatever
+    the ratio when the Triton kernel's relative error is above :data:`WRONG`."""
     verdicts = []
     for causal in (False, True):
         for mode, target in TARGETS.items():
@@ -563,10 +615,16 @@ def target_verdicts(rows: list[dict]) -> list[dict]:
                 continue
             fastest = min(sdpa, key=sdpa.__getitem__)
             ratio = sdpa[fastest] / ok["triton"]
+            errors = [float(r["error"]) for r in rows
+                      if r["kind"] == "speed" and r["method"] == "triton"
+                      and str(r["causal"]) == str(causal) and r["mode"] == mode
+                      and r["status"] == "ok" and r.get("error") not in (None, "")]
+            right = all(e <= WRONG for e in errors)  # NaN fails
+            detail = (f"triton {ok['triton']:.3f} ms, fastest {fastest} {sdpa[fastest]:.3f} ms"
+                      + (f", triton's relative error {errors[0]:.2g}" if errors else ""))
             verdicts.append({"target": f"{mode} causal={causal}", "value": ratio,
-                             "bound": f">= {target}", "passed": ratio >= target,
-                             "detail": f"triton {ok['triton']:.3f} ms, fastest {fastest} "
-                                       f"{sdpa[fastest]:.3f} ms"})
+                             "bound": f">= {target}", "passed": ratio >= target and right,
+                             "detail": detail if right else "WRONG RESULT: " + detail})
     memory = sorted((int(r["L"]), float(r["peak_mib"])) for r in rows
                     if r["kind"] == "memory" and r["method"] == "triton" and r["status"] == "ok")
     if len(memory) >= 2 and all(peak > 0 for _, peak in memory):

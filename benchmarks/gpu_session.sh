@@ -9,7 +9,8 @@
 # time is running out:
 # 1. the Triton kernels' tests, compiled and run natively on the GPU (TRITON_INTERPRET unset),
 #    8 processes at once (compiling is most of their time);
-# 2. the autotune of the forward and backward kernels' launch settings (autotune.csv);
+# 2. the autotune of the forward and backward kernels' launch settings, d 64 then d 128,
+#    each setting checked against SDPA (autotune.csv);
 # 3. the targets at L 16384 in float16 with the autotune's settings (targets.csv,
 #    targets.json, printed as PASS/FAIL lines);
 # 4. fully masked rows per backend and decoding against the KV cache (masked_rows.csv,
@@ -27,7 +28,10 @@ base=$(mktemp -d)
 work="$base/gpu_session"
 mkdir -p "$work"
 total=${SESSION_SECONDS:-560}
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
+# caches in the temporary folder, whatever the home folder allows; the autotune's compiling
+# processes hand their kernels to the timing process through Triton's cache
+export TRITON_CACHE_DIR="$base/triton" MPLCONFIGDIR="$base/matplotlib"
 unset TRITON_INTERPRET
 
 pack() { tar -czf "$out/session.tar.gz" -C "$base" gpu_session; }
@@ -44,20 +48,23 @@ step() {
         return
     fi
     echo "== $name (at most $limit s, at $SECONDS s)"
-    timeout "$limit" "$@" 2>&1 | tee "$work/$name.log"
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$work/$name.log"
     echo "== $name: exit ${PIPESTATUS[0]} at $SECONDS s" | tee -a "$work/$name.log"
     pack
 }
 
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee "$work/device.txt"
+# what was measured, by content (the machine's copy of the tree may have no git history)
+sha256sum attention_src/*.py benchmarks/bench_gpu.py benchmarks/gpu_session.sh \
+    > "$work/sources.sha256"
 
 step tests "${TESTS_SECONDS:-120}" python3 -m pytest -q -p no:cacheprovider -n 8 \
-    tests/test_flash_triton.py
-step autotune "${AUTOTUNE_SECONDS:-150}" python3 benchmarks/bench_gpu.py --autotune --only \
-    --out "$work/autotune"
+    tests/test_flash_triton.py tests/test_bench_gpu.py
+step autotune "${AUTOTUNE_SECONDS:-200}" python3 benchmarks/bench_gpu.py --autotune --only \
+    --warmup 1 --repeats 5 --out "$work/autotune"
 configs=()
 [[ -s "$work/autotune/autotune.csv" ]] && configs=(--configs "$work/autotune/autotune.csv")
 step targets "${TARGETS_SECONDS:-70}" python3 benchmarks/bench_gpu.py --targets --only \
@@ -70,7 +77,9 @@ step bench "$total" python3 benchmarks/bench_gpu.py "${configs[@]}" --out "$work
     echo "== summary"
     cat "$work/device.txt"
     echo "tests: $(grep -E 'passed|failed|error' "$work/tests.log" | tail -1)"
-    grep -A12 '^GPU_CONFIGS:' "$work/autotune.log" 2>/dev/null | head -12
+    [[ -s "$work/autotune/autotune.csv" ]] && python3 -c "import bench_gpu as b
+print('\n'.join(b.config_lines(b.best_configs(b.read_csv('$work/autotune/autotune.csv')))))" \
+        2>&1 | sed 's/^/    /' 
     grep -E '^(PASS|FAIL) ' "$work/targets.log" 2>/dev/null
     for f in autotune/autotune.csv targets/targets.csv extra/masked_rows.csv extra/decode.csv \
              table/gpu.csv; do

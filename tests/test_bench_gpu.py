@@ -266,6 +266,7 @@ def test_autotune_and_targets_run_end_to_end_on_the_cpu_interpreter(monkeypatch,
     rows = bench_gpu.autotune(args, L=24, path=tmp_path / "autotune.csv", head_dims=(64,),
                               device="cpu")
     assert [r["status"] for r in rows] == ["ok"] * 8
+    assert all(r["error"] < 1e-2 for r in rows)  # the kernels against SDPA's flash backend
     assert (ft.GPU_CONFIGS, ft.GPU_BACKWARD_CONFIGS) == defaults  # put back after each
     best = bench_gpu.best_configs(bench_gpu.read_csv(tmp_path / "autotune.csv"))
     assert (best[64, "forward"]["block_m"], best[64, "backward"]["block_n"]) == (64, 16)
@@ -280,6 +281,8 @@ def test_autotune_and_targets_run_end_to_end_on_the_cpu_interpreter(monkeypatch,
     memory = [r for r in rows if r["kind"] == "memory"]
     assert [(r["method"], r["L"]) for r in memory] == [
         ("triton", 16), ("triton", 32), ("sdpa_flash", 16), ("sdpa_flash", 32)]
+    assert all(r["error"] < 1e-2 for r in rows
+               if r["method"] == "triton" and r["kind"] == "speed")
     memory = bench_gpu.target_verdicts(rows)[-1]  # 1 MiB at L 16 and at L 32: not linear
     assert memory["target"] == "memory linear in L" and math.isclose(memory["value"], 0.5)
 
@@ -291,3 +294,39 @@ def test_the_extra_flags_parse_and_do_nothing_without_cuda(monkeypatch, capsys, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert bench_gpu.main(["--decode", "--only", "--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out == bench_gpu.NO_CUDA + "\n"
+
+
+def test_a_fast_setting_that_computes_something_else_is_never_chosen(monkeypatch, tmp_path):
+    """The autotune checks each setting against SDPA: here the 128-query setting is the
+    fastest and doubles the output, so it is marked wrong and the next best is chosen; a
+    setting Triton ruled out while compiling is marked failed without being run."""
+    if not _triton_ok():
+        pytest.skip("Triton is not installed")
+    from attention_src import flash_triton as ft
+
+    monkeypatch.setattr(ft, "GPU_CONFIGS", dict(ft.GPU_CONFIGS))
+    monkeypatch.setattr(ft, "GPU_BACKWARD_CONFIGS", dict(ft.GPU_BACKWARD_CONFIGS))
+    fast_wrong, slow_right, too_big = (ft.FlashConfig(128, 32), ft.FlashConfig(64, 32),
+                                       ft.FlashConfig(128, 128))
+    monkeypatch.setattr(bench_gpu, "autotune_configs", lambda direction="forward":
+                        [fast_wrong, slow_right, too_big] if direction == "forward" else [])
+    sdpa = bench_gpu.make_method
+
+    def make_method(name, causal, scale):
+        fn = sdpa("sdpa_math", causal, scale)
+        if name == "triton":  # doubled by the 128-query setting
+            return lambda q, k, v: fn(q, k, v) * (2 if ft.GPU_CONFIGS[16].block_m == 128 else 1)
+        return fn
+    monkeypatch.setattr(bench_gpu, "make_method", make_method)
+    monkeypatch.setattr(bench_gpu, "time_call",
+                        lambda fn, w, r: (fn(), ft.GPU_CONFIGS[16].block_m / 64)[1])
+    monkeypatch.setattr(bench_gpu, "precompile", lambda jobs, workers: {
+        job: "failed: out of resource: shared memory" if job[3] == too_big else "ok"
+        for job in jobs})
+    args = bench_gpu.parse(["--batch", "1", "--heads", "1", "--compile-workers", "2"])
+    rows = bench_gpu.autotune(args, L=8, head_dims=(16,), device="cpu")
+    status = {(r["block_m"], r["block_n"]): r["status"] for r in rows}
+    assert status[128, 32].startswith("wrong: relative error ")
+    assert status[64, 32] == "ok"
+    assert status[128, 128] == "failed: out of resource: shared memory"
+    assert bench_gpu.best_configs(rows)[16, "forward"]["block_m"] == 64

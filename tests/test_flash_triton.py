@@ -357,7 +357,7 @@ def test_the_backward_kernels_are_launched_with_the_backward_settings(monkeypatc
     got = forward_backward(flash, q, k, v, grad, causal=True)
     assert seen == {"_forward": forward_tiles, "_backward": backward_tiles}
     for x, ref in zip(got, reference(q, k, v, grad, causal=True), strict=True):
-        torch.testing.assert_close(x.double(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
     # tile sizes given to the call replace both passes' tiles
     forward_backward(flash, q, k, v, grad, causal=True, block_m=16, block_n=16)
     assert {c[:2] for c in seen.values()} == {(16, 16)}
@@ -392,7 +392,10 @@ def test_without_triton_the_import_error_says_pip_install_triton(monkeypatch):
 
 
 def test_without_a_gpu_the_module_sets_triton_interpret_before_defining_kernels(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # set, then removed: monkeypatch restores the variable as it was (unset on a GPU
+    # machine) however the module under test changes it
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ImportError, match="pip install triton"):
         _load_copy(monkeypatch)  # stops at the import of Triton, after the environment
@@ -404,7 +407,8 @@ def test_without_a_gpu_the_module_sets_triton_interpret_before_defining_kernels(
 
 
 def test_triton_imported_before_the_variable_is_an_import_error(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # recorded, so restored afterwards
+    monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
     spec = importlib.util.spec_from_file_location(
@@ -444,7 +448,7 @@ def test_the_split_forward_kernel_gives_the_plain_kernels_numbers(monkeypatch, d
             torch.testing.assert_close(split, plain, rtol=1e-6, atol=1e-6)
     got = forward_backward(flash, q, k, v, grad, causal=causal)
     for x, ref in zip(got, reference(q, k, v, grad, causal=causal), strict=True):
-        torch.testing.assert_close(x.double(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_an_unknown_forward_kernel_is_named(monkeypatch):

@@ -38,7 +38,14 @@ def _session(tmp_path: Path, with_table: bool = True) -> Path:
         "compiled 224 settings in 35 s\nGPU_CONFIGS:\n    64: FlashConfig(block_m=128, "
         "block_n=64, num_warps=8, num_stages=3),  # 1.234 ms\nGPU_BACKWARD_CONFIGS:\n"
         "    64: FlashConfig(block_m=32, block_n=128, num_warps=4, num_stages=1),  # 4.5 ms\n")
-    (root / "autotune" / "autotune.csv").write_text("direction,d\nforward,64\n")
+    tuned = [{"direction": "forward", "d": 64, "causal": c, "L": 8192, "block_m": 128,
+              "block_n": 64, "num_warps": 8, "num_stages": 3, "forward": "split",
+              "status": "ok", "ms": 0.6, "error": 1e-3} for c in (False, True)]
+    tuned.append(dict(tuned[0], block_m=64, status="wrong: relative error 1"))
+    bench_gpu.write_csv(tuned, root / "autotune" / "autotune.csv", bench_gpu.AUTOTUNE_FIELDS)
+    (root / "sources.sha256").write_text(
+        f"{file_sha256(ROOT / 'benchmarks' / 'bench_gpu.py')}  benchmarks/bench_gpu.py\n"
+        f"{'0' * 64}  attention_src/flash_triton.py\n")  # measured another version of it
     rows = [{"kind": "speed", "method": m, "causal": False, "L": 16384, "mode": "forward",
              "status": "ok", "ms": ms} for m, ms in (("triton", 10.0), ("sdpa_cudnn", 9.0))]
     rows += [{"kind": "memory", "method": "triton", "causal": False, "L": L,
@@ -72,7 +79,11 @@ def test_the_measurements_are_saved_with_their_checksums(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "NVIDIA H200, 143771 MiB" in out
     assert "Native tests of the kernels: 76 passed in 41.2s" in out
-    assert "    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)" in out
+    assert ("    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, "
+            "forward='split'),  # 1.200 ms") in out  # from autotune.csv, the wrong row left out
+    assert "# 3 settings timed: 1 wrong against SDPA, 0 failed" in out
+    assert ("Sources: 1 of 2 files differ from this checkout: attention_src/flash_triton.py"
+            in out)
     # 9 ms over 10 ms: 0.900 >= 0.8; the causal and backward rows were never measured
     assert "| forward causal=False | 0.900 | >= 0.8 | PASS | triton 10.000 ms, fastest " \
            "sdpa_cudnn 9.000 ms |" in out

@@ -19,6 +19,8 @@ Usage: python tools/gpu_snapshot.py PATH/session.tar.gz [--dry-run] [--saved-dir
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.util
 import json
 import shutil
 import sys
@@ -27,6 +29,8 @@ import tempfile
 from pathlib import Path
 
 from attention_src.saved import SAVED_DIR, record_checksum
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: archive member (under ``gpu_session/``) -> saved file name
 FILES = {
@@ -81,11 +85,18 @@ def report(session: Path) -> str:
     results = [line for line in (tests or "").splitlines()
                if " passed" in line or " failed" in line or " error" in line]
     out += ["", f"Native tests of the kernels: {results[-1] if results else 'no result line'}"]
-    autotune = read("autotune.log") or ""
-    settings = autotune[autotune.find("GPU_CONFIGS:"):].splitlines() if (
-        "GPU_CONFIGS:" in autotune) else []
-    settings = [s for s in settings if s.startswith(("GPU_", "    "))]
-    out += ["", "Autotuned launch settings:", "```", *(settings or ["(none)"]), "```"]
+    out += ["", sources_line(session)]
+    settings = []
+    if (session / "autotune" / "autotune.csv").is_file():
+        bench = _bench_gpu()
+        rows = bench.read_csv(session / "autotune" / "autotune.csv")
+        settings = bench.config_lines(bench.best_configs(rows))
+        wrong = sum(r["status"].startswith("wrong") for r in rows)
+        failed = sum(r["status"].startswith("failed") for r in rows)
+        settings.append(f"# {len(rows)} settings timed: {wrong} wrong against SDPA, "
+                        f"{failed} failed")
+    out += ["", "Autotuned launch settings (to paste into attention_src/flash_triton.py):",
+            "```", *(settings or ["(none)"]), "```"]
     verdicts = read("targets/targets.json")
     out += ["", "| target | value | bound | verdict | detail |", "|---|---|---|---|---|"]
     for v in json.loads(verdicts) if verdicts else []:
@@ -95,6 +106,32 @@ def report(session: Path) -> str:
     if not verdicts:
         out.append("| (no targets.json: the targets step did not finish) | | | | |")
     return "\n".join(out)
+
+
+def _bench_gpu():
+    """``benchmarks/bench_gpu.py`` as a module (its best_configs and config_lines)."""
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "benchmarks" / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sources_line(session: Path, root: Path = ROOT) -> str:
+    """Whether the sources the session measured (its ``sources.sha256``) are this checkout's."""
+    listing = session / "sources.sha256"
+    if not listing.is_file():
+        return "Sources: no sources.sha256 in the archive"
+    changed = []
+    lines = [line for line in listing.read_text().splitlines() if line.strip()]
+    for line in lines:
+        sha, _, name = line.partition("  ")
+        path = root / name
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != sha:
+            changed.append(name)
+    if changed:
+        return f"Sources: {len(changed)} of {len(lines)} files differ from this checkout: " + \
+            ", ".join(changed)
+    return f"Sources: all {len(lines)} measured files are this checkout's"
 
 
 def main(argv: list[str] | None = None) -> int:
