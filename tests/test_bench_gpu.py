@@ -330,3 +330,35 @@ def test_a_fast_setting_that_computes_something_else_is_never_chosen(monkeypatch
     assert status[64, 32] == "ok"
     assert status[128, 128] == "failed: out of resource: shared memory"
     assert bench_gpu.best_configs(rows)[16, "forward"]["block_m"] == 64
+
+
+def test_the_relative_error_sees_a_nan_anywhere_and_has_no_floor():
+    want = [torch.full((2, 3), 0.1), torch.ones(2, 3), torch.ones(2, 3)]
+    got = [w.clone() for w in want]
+    assert bench_gpu.relative_error(got, want) == 0.0
+    got[1][0, 0] = math.nan  # in the second gradient: not lost by max()
+    assert math.isnan(bench_gpu.relative_error(got, want))
+    # a small output off by 0.003: 3 % of its largest entry, a wrong result
+    assert math.isclose(bench_gpu.relative_error(want[0] + 0.003, want[0]), 0.03, rel_tol=1e-5)
+    assert bench_gpu.relative_error(want[0] + 0.003, want[0]) > bench_gpu.WRONG
+
+
+def test_the_autotune_reference_falls_back_to_the_math_backend_then_to_none(monkeypatch,
+                                                                          capsys):
+    g = torch.Generator().manual_seed(4)
+    q, k, v, grad = (torch.randn(1, 1, 5, 8, generator=g, dtype=torch.float64)
+                     for _ in range(4))
+    want = F.scaled_dot_product_attention(q, k, v)
+    real = bench_gpu.make_method
+    refused = {"sdpa_flash"}
+
+    def make_method(name, causal, scale):
+        if name in refused:
+            raise RuntimeError(f"{name} refuses these inputs")
+        return real(name, causal, scale)
+    monkeypatch.setattr(bench_gpu, "make_method", make_method)
+    got = bench_gpu.reference_result(q, k, v, grad, False, "forward")
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    refused.add("sdpa_math")
+    assert bench_gpu.reference_result(q, k, v, grad, False, "forward") is None
+    assert "reference sdpa_math failed: sdpa_math refuses these inputs" in capsys.readouterr().out
