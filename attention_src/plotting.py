@@ -8,6 +8,7 @@ names a colour takes it from :data:`OKABE_ITO`.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 import matplotlib as mpl
@@ -77,21 +78,69 @@ def figure_png_2x(fig: mpl.figure.Figure) -> tuple[bytes, dict[str, int]]:
     smaller than a plain PNG at the normal size, since a chart has few colours and a colour
     map has 256. Returns the bytes and the size to show it at (half the pixel size), the
     ``(data, metadata)`` pair an IPython formatter returns.
-    """
-    import io
 
+    The picture is what ``fig.savefig(dpi=2 * fig.dpi, bbox_inches="tight")`` draws, made with
+    one drawing instead of savefig's two (a layout pass, then the drawing): the figure is drawn
+    once at twice its dpi and cut to its tight box. Where that box reaches outside the figure
+    (an artist drawn beyond its edge), only savefig can include it, and savefig makes it.
+    """
+    from PIL import Image
+
+    rgb = _tight_rgb_by_cropping(fig)
+    if rgb is None:
+        rgb = _tight_rgb_by_savefig(fig)
+    width, height = rgb.size
+    small = rgb.quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                         dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="PNG", optimize=True)
+    return out.getvalue(), {"width": round(width / 2), "height": round(height / 2)}
+
+
+def _tight_rgb_by_savefig(fig: mpl.figure.Figure):
+    """``fig`` drawn by savefig at twice its dpi, cut to its tight box, on white: RGB image."""
     from PIL import Image
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=2 * fig.dpi, bbox_inches="tight",
                 facecolor="white")
-    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
-    width, height = image.size
-    small = image.quantize(colors=256, method=Image.Quantize.MEDIANCUT,
-                           dither=Image.Dither.NONE)
-    out = io.BytesIO()
-    small.save(out, format="PNG", optimize=True)
-    return out.getvalue(), {"width": round(width / 2), "height": round(height / 2)}
+    return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+
+
+def _tight_rgb_by_cropping(fig: mpl.figure.Figure):
+    """``fig`` drawn once at twice its dpi on white and cut to its tight box, padded as savefig
+    pads it (with white where the padding passes the figure's edge): RGB image. ``None`` when
+    the canvas is not Agg, or when something is drawn beyond the figure's edge."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        return None
+    dpi, facecolor = fig.dpi, fig.get_facecolor()
+    fig.set_dpi(2 * dpi)
+    fig.set_facecolor("white")
+    try:
+        fig.canvas.draw()  # runs the layout engine, as savefig's first pass does
+        # inches, frozen: the box is a transform of the dpi it was drawn at
+        box = fig.get_tightbbox(fig.canvas.get_renderer()).frozen()
+        rgba = np.asarray(fig.canvas.buffer_rgba())  # (H, W, 4), row 0 at the top
+    finally:
+        fig.set_dpi(dpi)
+        fig.set_facecolor(facecolor)
+    fig_w, fig_h = fig.get_size_inches()
+    if box.x0 < 0 or box.y0 < 0 or box.x1 > fig_w or box.y1 > fig_h:
+        return None
+    box = box.padded(mpl.rcParams["savefig.pad_inches"])
+    scale, height = 2 * dpi, rgba.shape[0]  # pixels per inch; rows of the drawing
+    # the padded box in the drawing's pixels: columns left..right, rows top..bottom
+    left, right = round(box.x0 * scale), round(box.x1 * scale)
+    top, bottom = height - round(box.y1 * scale), height - round(box.y0 * scale)
+    out = np.full((bottom - top, right - left, 3), 255, dtype=np.uint8)
+    rows = slice(max(top, 0), min(bottom, height))
+    cols = slice(max(left, 0), min(right, rgba.shape[1]))
+    out[rows.start - top:rows.stop - top, cols.start - left:cols.stop - left] = \
+        rgba[rows, cols, :3]
+    return Image.fromarray(out)
 
 
 def _retina_in_jupyter() -> bool:

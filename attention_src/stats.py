@@ -21,7 +21,6 @@ import numbers
 from fractions import Fraction
 
 import torch
-from scipy import stats as _scipy_stats
 
 from attention_src.validation import check_tensor
 
@@ -111,7 +110,11 @@ def t_quantile(p: float, df: float) -> float:
     df = _check_real("df", df)
     if df <= 0:
         raise ValueError(f"df must be positive, got {df}")
-    return float(_scipy_stats.t.ppf(p, df))
+    # imported here, not at the top: SciPy's stats module takes about a second of CPU to
+    # import, and most chapters that use this module never need a t quantile
+    from scipy import stats as scipy_stats
+
+    return float(scipy_stats.t.ppf(p, df))
 
 
 def paired_t_interval(

@@ -356,3 +356,16 @@ def test_round_up_sci_just_below_a_power_of_ten(x, text):
     # exact correction must still give the next power of ten, which is the bound
     assert Fraction(x) < Fraction(10) ** int(text[2:])
     assert round_up_sci(x) == text
+
+
+def test_importing_stats_leaves_scipy_stats_unimported():
+    """SciPy's stats module costs about a second of CPU to import, in every chapter's kernel
+    that imports this module; only ``t_quantile`` needs it, so it is imported there."""
+    import subprocess
+    import sys
+
+    code = ("import sys, attention_src.stats as s; "
+            "assert 'scipy.stats' not in sys.modules, 'imported at import'; "
+            "s.t_quantile(0.975, 4); assert 'scipy.stats' in sys.modules")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
