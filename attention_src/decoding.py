@@ -65,7 +65,12 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
 
 class _Stepper:
     """One decoder step at a time for ``N`` rows: ``step(tokens: (N, 1)) -> log-probabilities
-    (N, V)`` of the next token; ``reorder(index)`` continues row ``index[i]`` in row ``i``."""
+    (N, V)`` of the next token; ``reorder(index)`` continues row ``index[i]`` in row ``i``.
+
+    Beam search gives each sentence ``k`` consecutive rows with copies of the same memory, and
+    reorders only within a sentence's rows; so ``reorder`` moves what differs between a
+    sentence's hypotheses (the self-attention caches, or the prefix) and leaves the memory and
+    the cross-attention keys and values, equal in all of those rows, where they are."""
 
     def __init__(self, model: Transformer, memory: torch.Tensor,
                  memory_mask: torch.Tensor | None, use_cache: bool, max_steps: int):
@@ -75,24 +80,21 @@ class _Stepper:
         self.length = 0
         if use_cache:
             self.caches = [BeamKVCache(max_len=max_steps) for _ in model.decoder_layers]
-            # cross-attention keys and values, once: (N, S, E) -> (N, h, S, d_head)
-            self.cross = [(layer.cross_attn._split_heads(layer.cross_attn.k_proj(memory)),
-                           layer.cross_attn._split_heads(layer.cross_attn.v_proj(memory)))
+            # cross-attention keys and values, once: (N, S, E) -> (N, h, S, d_head), stored
+            # contiguous, as every step's matrix products read them
+            self.cross = [(layer.cross_attn._split_heads(layer.cross_attn.k_proj(memory))
+                           .contiguous(),
+                           layer.cross_attn._split_heads(layer.cross_attn.v_proj(memory))
+                           .contiguous())
                           for layer in model.decoder_layers]
             # (N, 1, S) -> (N, 1, 1, S): one row of keys for every head and the one query
             self.cross_mask = None if memory_mask is None else memory_mask[:, None]
 
     def reorder(self, index: torch.Tensor) -> None:
-        self.memory = self.memory.index_select(0, index)
-        if self.memory_mask is not None:
-            self.memory_mask = self.memory_mask.index_select(0, index)
+        """``index: (N,)``, each row's new source among the rows of its own sentence."""
         if self.use_cache:
             for cache in self.caches:
                 cache.reorder(index)
-            self.cross = [(k.index_select(0, index), v.index_select(0, index))
-                          for k, v in self.cross]
-            if self.cross_mask is not None:
-                self.cross_mask = self.cross_mask.index_select(0, index)
         elif self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)
 
