@@ -23,7 +23,9 @@ goes, chapter 2), ``seq2seq`` (recurrent encoder-decoders), ``training`` (traini
 ``graph`` (graph attention, GAT and GATv2 computed as PyTorch Geometric's ``GATConv`` and
 ``GATv2Conv``, chapter 8; its layers and dense-view helpers are also exported here),
 ``graph_tasks`` (chapter 8's graphs, lookup task, node classifiers and attention measurements),
-``stats`` (standard errors, t-intervals and safe rounding of the chapters' measurements),
+``optim`` (Adam and a cosine learning-rate decay, written out as PyTorch computes them, for
+every training loop), ``stats`` (standard errors, t-intervals and safe rounding of the
+chapters' measurements),
 ``saved`` (the saved results the chapters load, shipped in the package with their SHA-256),
 ``glue`` (MyST-NB's ``glue`` in the book's build, a stand-in elsewhere), ``diagrams`` (the
 book's architecture diagrams: data plus a matplotlib SVG renderer), ``interactive``

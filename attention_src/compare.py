@@ -58,6 +58,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from attention_src.optim import Adam
 from attention_src.utils import module_device, place
 from attention_src.validation import check_device
 
@@ -610,7 +611,7 @@ def train_pixel_classifier(model: nn.Module, images: torch.Tensor, labels: torch
         raise TypeError(f"train_idx must be a 1-D int64 tensor of image indices, got {got}")
     if len(train_idx) == 0:
         raise ValueError("train_idx must hold at least one image index, got none")
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     device = module_device(model)
     losses = []

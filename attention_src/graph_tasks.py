@@ -44,6 +44,7 @@ from attention_src.graph import (
     _check_num_nodes,
     add_self_loops,
 )
+from attention_src.optim import Adam, CosineAnnealingLR
 from attention_src.utils import module_device, place
 from attention_src.validation import (
     check_device,
@@ -477,7 +478,7 @@ def train_node_classifier(model: NodeClassifier, data: GraphData, steps: int = 2
     """
     check_positive_int("steps", steps)
     data = data.to(module_device(model))
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     losses = []
     model.train()
     for _ in range(steps):
@@ -508,8 +509,8 @@ def train_lookup(model: LookupModel, steps: int = 400, batch: int = 32, lr: floa
     horizon = steps if horizon is None else check_positive_int("horizon", horizon)
     g = torch.Generator().manual_seed(seed)
     device = module_device(model)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, horizon)
+    opt = Adam(model.parameters(), lr=lr)
+    sched = CosineAnnealingLR(opt, horizon)
     losses = []
     model.train()
     for _ in range(steps):

@@ -26,6 +26,7 @@ from torch import nn
 
 from attention_src.data import IGNORE_INDEX, offset_copy_task
 from attention_src.multihead import MultiHeadSelfAttention
+from attention_src.optim import Adam
 from attention_src.positional import sinusoidal_positional_encoding
 from attention_src.utils import module_device, place
 from attention_src.validation import check_positive_int, check_tensor
@@ -265,7 +266,7 @@ def train_offset_reader(model: OffsetReader, offsets: Sequence[int], steps: int,
                          "were given")
     gen = torch.Generator().manual_seed(seed)
     device = module_device(model)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = Adam(model.parameters(), lr=lr)
     model.train()
     losses = []
     for _ in range(steps):

@@ -37,6 +37,7 @@ from torch import nn
 
 from attention_src.attention import scaled_dot_product_attention
 from attention_src.multihead import MultiHeadSelfAttention
+from attention_src.optim import Adam
 from attention_src.softmax import causal_mask
 from attention_src.utils import module_device, place
 from attention_src.validation import check_positive_int, check_tensor
@@ -698,7 +699,7 @@ def train_language_model(
         raise ValueError(f"eval_every must be an int >= 0 (0: no evaluation), got {eval_every!r}")
     if eval_every and (eval_tokens is None or on_eval is None):
         raise ValueError("eval_every needs eval_tokens and on_eval")
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = Adam(model.parameters(), lr=lr)
     losses, evals = [], []
     device = module_device(model)
     if isinstance(eval_tokens, torch.Tensor):  # anything else: the model's checks name it

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_src.attention import scaled_dot_product_attention
+from attention_src.optim import Adam
 from attention_src.positional import apply_rotary, sinusoidal_positional_encoding
 from attention_src.utils import module_device, place
 from attention_src.validation import check_device, check_positive_int
@@ -178,7 +179,7 @@ def train_order_model(
     model = OrderSelfAttention(vocab_size, d_model, positions, max_len=max(length, 1),
                                device=device)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
         tokens, targets = previous_token_task(batch_size, length, vocab_size, gen,

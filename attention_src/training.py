@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_src.data import SequencePairs
+from attention_src.optim import Adam
 from attention_src.transformer import Transformer
 from attention_src.utils import module_device
 from attention_src.validation import check_positive_int, check_same_device
@@ -108,7 +109,7 @@ def train_seq2seq(
                         f"{type(on_step).__name__}")
     generator = torch.Generator().manual_seed(seed)
     device = module_device(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
+    optimizer = Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
     model.train()
     losses = []
     for step in range(steps):
@@ -116,10 +117,9 @@ def train_seq2seq(
             rate = lr * schedule(step + 1)
             if not math.isfinite(rate) or rate < 0:
                 raise ValueError(f"schedule({step + 1}) gave the learning rate {rate}")
-            for group in optimizer.param_groups:
-                group["lr"] = rate
+            optimizer.lr = rate
         if lrs is not None:
-            lrs.append(optimizer.param_groups[0]["lr"])
+            lrs.append(optimizer.lr)
         idx = torch.randint(len(data), (min(batch_size, len(data)),), generator=generator)
         batch = data.subset(idx.to(data.src.device)).to(device)
         logits = seq2seq_logits(model, batch)  # (B, L_t, V)

@@ -8,6 +8,7 @@ from torch import nn
 
 from attention_src import AdditiveScore
 from attention_src.data import SequencePairs, Vocab, encode_pairs, reverse_task
+from attention_src.optim import Adam
 from attention_src.seq2seq import AttentionDecoder, ContextDecoder, GRUEncoder, Seq2Seq
 from attention_src.training import seq2seq_accuracy, train_seq2seq
 
@@ -187,15 +188,14 @@ def test_training_steps_equal_a_hand_written_adam_loop(clip):
 def _spy_on_adam(monkeypatch) -> list[float]:
     """Record the total norm of the gradients Adam is handed at each step."""
     norms: list[float] = []
-    original = torch.optim.Adam.step
+    original = Adam.step
 
     def spy(self, *args, **kwargs):
-        grads = [p.grad for group in self.param_groups for p in group["params"]
-                 if p.grad is not None]
+        grads = [p.grad for p in self.params if p.grad is not None]
         norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    monkeypatch.setattr(Adam, "step", spy)
     return norms
 
 
