@@ -137,19 +137,22 @@ def encode_pairs(
     device = check_device(device)
     if not pairs:
         raise ValueError("pairs is empty")
-    n = len(pairs)
     src_len = torch.tensor([len(s) for s, _ in pairs])
     if int(src_len.min()) == 0:
         raise ValueError("every source sequence must have at least one symbol")
-    tgt_len = max(len(t) for _, t in pairs) + 1  # + <bos> (inputs) or <eos> (outputs)
-    src = torch.full((n, int(src_len.max())), src_vocab.pad_id, dtype=torch.long)
-    tgt_in = torch.full((n, tgt_len), tgt_vocab.pad_id, dtype=torch.long)
-    tgt_out = torch.full((n, tgt_len), tgt_vocab.pad_id, dtype=torch.long)
-    for i, (s, t) in enumerate(pairs):
-        src[i, : len(s)] = torch.tensor(src_vocab.encode(s))
-        ids = tgt_vocab.encode(t)
-        tgt_in[i, : len(ids) + 1] = torch.tensor([tgt_vocab.bos_id] + ids)
-        tgt_out[i, : len(ids) + 1] = torch.tensor(ids + [tgt_vocab.eos_id])
+    src_ids = [src_vocab.encode(s) for s, _ in pairs]
+    tgt_ids = [tgt_vocab.encode(t) for _, t in pairs]
+    width = int(src_len.max())
+    tgt_len = max(len(ids) for ids in tgt_ids) + 1  # + <bos> (inputs) or <eos> (outputs)
+    src_pad, tgt_pad = src_vocab.pad_id, tgt_vocab.pad_id
+    bos, eos = tgt_vocab.bos_id, tgt_vocab.eos_id
+    # every row padded in Python, then one tensor each: (N, width), (N, tgt_len), (N, tgt_len)
+    src = torch.tensor([ids + [src_pad] * (width - len(ids)) for ids in src_ids],
+                       dtype=torch.long)
+    tgt_in = torch.tensor([[bos] + ids + [tgt_pad] * (tgt_len - 1 - len(ids))
+                           for ids in tgt_ids], dtype=torch.long)
+    tgt_out = torch.tensor([ids + [eos] + [tgt_pad] * (tgt_len - 1 - len(ids))
+                            for ids in tgt_ids], dtype=torch.long)
     pairs_out = SequencePairs(src, src_len, tgt_in, tgt_out)
     return pairs_out if device is None else pairs_out.to(device)
 
