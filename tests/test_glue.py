@@ -122,3 +122,10 @@ def test_display_must_be_a_bool(stand_in_myst_nb, display):
 
 def test_the_module_exports_both_functions():
     assert glue_module.__all__ == ["glue", "book_build_glue", "record_glue", "GLUE_PREFIX"]
+
+
+def test_myst_nb_is_found_without_being_imported(monkeypatch):
+    pytest.importorskip("myst_nb")
+    monkeypatch.delitem(sys.modules, "myst_nb")
+    assert glue_module._myst_nb_installed()
+    assert "myst_nb" not in sys.modules
