@@ -60,8 +60,9 @@ class Adam:
         weight_decay: ``>= 0``; adds ``weight_decay * theta`` to the gradient (L2, as
             ``torch.optim.Adam`` does, not AdamW's decoupled decay).
 
-    A parameter whose ``.grad`` is ``None`` at a step is skipped and its step count does not
-    advance, as in PyTorch.
+    A parameter whose ``.grad`` is ``None`` at a step (a frozen one, with
+    ``requires_grad=False``, always) is skipped and its step count does not advance, as in
+    PyTorch. Complex parameters and a tensor listed twice are refused.
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3,
@@ -70,12 +71,19 @@ class Adam:
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got an empty list of parameters")
+        seen: dict[int, int] = {}
         for i, p in enumerate(self.params):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"params[{i}] must be a tensor, got {type(p).__name__}")
-            if not (p.is_leaf and p.requires_grad):
-                raise ValueError(f"params[{i}] (shape {tuple(p.shape)}) must be a leaf tensor "
-                                 "with requires_grad=True")
+            if not (p.is_leaf or p.retains_grad):  # a frozen leaf is fine: it gets no grad
+                raise ValueError(f"params[{i}] (shape {tuple(p.shape)}) is not a leaf tensor: "
+                                 "its gradient is never stored")
+            if p.is_complex():
+                raise TypeError(f"params[{i}] is complex ({p.dtype}); this Adam is real only")
+            if id(p) in seen:
+                raise ValueError(f"params[{i}] is params[{seen[id(p)]}] again: each tensor "
+                                 "must appear once")
+            seen[id(p)] = i
         self.lr = _check_number("lr", lr, 0.0)
         if not isinstance(betas, tuple | list) or len(betas) != 2:
             raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")

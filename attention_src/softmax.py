@@ -92,19 +92,26 @@ def _masked_softmax_inplace(
 
     A masked entry's ``exp`` is never taken: PyTorch's CPU ``exp`` leaves its fast vector path
     for inputs far below -87 (``exp(-3.4e38)`` took 5 times as long as ``exp`` of ordinary
-    scores), so masked entries are set to 0 before it and back to 0 after it, the ``exp(s -
-    max) = 0`` they would have given. The weights are the same, bit for bit.
+    scores), so masked entries are set to 0 before it and to what ``exp(lowest - max)`` is
+    after it: exactly 0, except in a row whose maximum is the lowest float itself (every
+    allowed score ``-inf`` or that lowest value), where it is 1. The weights are those of the
+    plain computation (masked entries set to the lowest float, ``exp(s - max)``, divided by the
+    row's sum, masked entries zeroed), bit for bit.
     """
     if mask is None:
         scores.sub_(scores.amax(dim=dim, keepdim=True)).exp_()  # exp(s - max), each <= 1
         return scores.div_(scores.sum(dim=dim, keepdim=True))
-    masked = ~mask
-    scores.masked_fill_(masked, torch.finfo(scores.dtype).min)  # out of the row's max
-    scores.sub_(scores.amax(dim=dim, keepdim=True))  # s - max
+    masked, lowest = ~mask, torch.finfo(scores.dtype).min
+    scores.masked_fill_(masked, lowest)  # out of the row's max
+    top = scores.amax(dim=dim, keepdim=True)
+    scores.sub_(top)  # s - max
     scores.masked_fill_(masked, 0.0).exp_()  # exp(s - max), each <= 1; 1 where masked
-    scores.masked_fill_(masked, 0.0)
+    scores.masked_fill_(masked, 0.0)  # exp(lowest - max): 0, unless max is lowest ...
+    at_lowest = top == lowest
+    if bool(at_lowest.any()):
+        scores.masked_fill_(masked & at_lowest, 1.0)  # ... where it is exp(0) = 1
     scores.div_(scores.sum(dim=dim, keepdim=True))
-    return scores.masked_fill_(masked, 0.0)  # a fully masked row: 0 / 0 just above
+    return scores.masked_fill_(masked, 0.0)  # a fully masked row: zeros
 
 
 def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:

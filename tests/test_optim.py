@@ -127,8 +127,12 @@ def test_bad_input_is_named():
         Adam([])
     with pytest.raises(TypeError, match=r"params\[0\].*list"):
         Adam([[1.0]])
-    with pytest.raises(ValueError, match=r"params\[0\].*shape \(3,\).*requires_grad"):
-        Adam([torch.zeros(3)])
+    with pytest.raises(ValueError, match=r"params\[0\] \(shape \(3,\)\) is not a leaf"):
+        Adam([torch.zeros(3, requires_grad=True) * 2])
+    with pytest.raises(TypeError, match=r"params\[0\] is complex"):
+        Adam([torch.zeros(2, dtype=torch.complex64, requires_grad=True)])
+    with pytest.raises(ValueError, match=r"params\[1\] is params\[0\] again"):
+        Adam([p, p])
     with pytest.raises(ValueError, match="lr must be a finite number >= 0, got -0.1"):
         Adam([p], lr=-0.1)
     with pytest.raises(ValueError, match=r"betas\[1\].*below 1, got 1.0"):
@@ -156,3 +160,21 @@ def test_importing_it_leaves_the_compiler_stack_unimported():
             "assert 'torch._dynamo' not in sys.modules and 'sympy' not in sys.modules")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_frozen_parameter_is_accepted_and_left_alone():
+    """As torch.optim.Adam: chapter 7's model without positions has a frozen position table,
+    and train_pixel_classifier hands every parameter to Adam."""
+    from attention_src.compare import PixelClassifier, train_pixel_classifier
+
+    torch.manual_seed(0)
+    model = PixelClassifier("attention", d=8, position=False)
+    frozen = [p.detach().clone() for p in model.parameters() if not p.requires_grad]
+    assert frozen  # the position table
+    images = torch.rand(40, 8, 8, generator=torch.Generator().manual_seed(1))
+    labels = torch.arange(40) % 10
+    losses = train_pixel_classifier(model, images, labels, torch.arange(40), seed=0,
+                                    steps=2, batch=8)
+    assert len(losses) == 2
+    after = [p for p in model.parameters() if not p.requires_grad]
+    assert all(torch.equal(a, b) for a, b in zip(frozen, after, strict=True))

@@ -449,3 +449,28 @@ def test_causal_and_band_mask_messages_name_their_argument():
         att.band_mask(3, 2.5)
     with pytest.raises(TypeError, match=r"^causal must be a bool, got int$"):
         att.band_mask(3, 1, causal=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_inplace_equals_the_allocating_path_where_the_allowed_scores_are_the_lowest(dtype):
+    """Rows whose allowed scores are all -inf (scores that overflowed) or all the dtype's
+    lowest value: there the masked entries' exp(lowest - max) is 1, not 0, and both paths must
+    give the same finite weights (zeros for the -inf row), never NaN. Also ordinary and fully
+    masked rows, in the same tensor."""
+    lowest = torch.finfo(dtype).min
+    scores = torch.tensor([[-math.inf, -math.inf, 1.0, 1.0],
+                           [lowest, lowest, 1.0, 1.0],
+                           [0.5, -1.0, 2.0, 3.0],
+                           [1.0, 2.0, 3.0, 4.0]], dtype=dtype)
+    mask = torch.tensor([[True, True, False, False],
+                         [True, True, False, False],
+                         [True, False, True, True],
+                         [False, False, False, False]])
+    expected = masked_softmax(scores, mask)
+    got = masked_softmax(scores.clone(), mask, inplace=True)
+    assert not torch.isnan(got).any()
+    assert torch.equal(got[0], torch.zeros(4, dtype=dtype))  # as the allocating path gives
+    for row in (0, 1, 3):  # the edge rows: exactly
+        assert torch.equal(got[row], expected[row]), row
+    # the ordinary row: PyTorch's fused softmax rounds differently, by an ulp at most
+    torch.testing.assert_close(got[2], expected[2])
