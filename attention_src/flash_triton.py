@@ -26,7 +26,10 @@ tiles, and writes back only its block of the output and one number per query.
   needs no atomics, at the price of recomputing ``S``, ``P`` and ``dP = dO V^T`` a second
   time (seven tile products per tile instead of five). Both kernels recompute each tile of
   weights ``P = exp(S - l)`` from ``Q``, ``K`` and the saved ``l`` instead of storing the
-  ``(L_q, L_k)`` weights.
+  ``(L_q, L_k)`` weights. Beside the two, ``_backward_dkdv_kernel_split`` and
+  ``_backward_dq_kernel_split`` (a setting's ``backward="split"``) split their loops as the
+  split forward kernel does; under the interpreter their gradients are the plain kernels'
+  bit for bit.
 
 Every tile is padded: a head dimension ``d`` (16 to 128) is read into a tile of the next power
 of two (Triton's tiles have power-of-two sizes) and the last block of queries or keys may be
@@ -116,26 +119,42 @@ class FlashConfig(NamedTuple):
     #: ``"split"`` (:func:`_forward_kernel_split`: masks only the blocks that need it, and
     #: under the causal mask starts the longest programs first); the backward ignores it
     forward: str = "plain"
+    #: the backward kernels: ``"plain"`` (:func:`_backward_dkdv_kernel` and
+    #: :func:`_backward_dq_kernel`, the chapter's) or ``"split"`` (their ``_split`` versions,
+    #: masking only the blocks that need it); the forward ignores it
+    backward: str = "plain"
 
 
 #: The forward kernels a :class:`FlashConfig` may name.
 FORWARD_KERNELS = ("plain", "split")
 
-#: The forward kernel's launch settings on a GPU by head-dimension tile (16, 32, 64, 128):
-#: readable defaults, not yet measured. This table is the hook for a measured autotune
-#: (``benchmarks/bench_gpu.py --autotune`` prints entries to paste here; ``--configs`` applies
-#: them to a run); ``block_m``/``block_n`` given to :func:`flash_attention` override it.
+#: The backward kernels a :class:`FlashConfig` may name.
+BACKWARD_KERNELS = ("plain", "split")
+
+#: The forward kernel's launch settings on a GPU by head-dimension tile (16, 32, 64, 128).
+#: The entries for 64 and 128 are the measured autotune's (``benchmarks/bench_gpu.py
+#: --autotune`` on an NVIDIA H200, torch 2.11, Triton 3.6, 2026-11-28: the least time summed
+#: over causal and not at L 8192, float16, batch 4, 16 heads; the comments give that sum);
+#: 16 and 32 keep readable defaults, not measured. ``--configs`` applies an autotune's
+#: settings to a run; ``block_m``/``block_n`` given to :func:`flash_attention` override them.
 GPU_CONFIGS = {
     16: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
     32: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
-    64: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
-    128: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
+    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3,
+                    forward="split"),  # 4.129 ms
+    128: FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3,
+                     forward="split"),  # 6.994 ms
 }
 
 #: The backward kernels' launch settings, tuned apart from the forward's: the backward pass
-#: holds more tiles at once (Q, K, V, dO, dK, dV), so its best tiles may be smaller. The same
-#: readable defaults until measured.
-GPU_BACKWARD_CONFIGS = dict(GPU_CONFIGS)
+#: holds more tiles at once (Q, K, V, dO, dK, dV), so its best tiles may be smaller. Measured
+#: as :data:`GPU_CONFIGS` is, for 64 and 128; 16 and 32 keep readable defaults.
+GPU_BACKWARD_CONFIGS = {
+    16: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
+    32: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
+    64: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),  # 15.498 ms
+    128: FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),  # 24.158 ms
+}
 
 #: Under the interpreter every program runs in turn on one CPU core, and NumPy's cost per
 #: operation dominates: small tiles keep the tests fast and still give several blocks.
@@ -487,6 +506,196 @@ def _backward_dq_kernel(
              mask=q_mask)
 
 
+@triton.jit
+def _dkdv_query_block(
+    Q, DO, LSE, DELTA, start_m, offs_m, keys, cols, col_ok, k, v, dk, dv, L_q, L_k, d,
+    scale2,
+    MASK: tl.constexpr,  # a diagonal block (causal) or a ragged last block of queries
+    CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """:func:`_backward_dkdv_kernel`'s loop body for the block of queries at ``start_m``,
+    masking only what ``MASK`` and ``EVEN_D`` say may need it. Returns the new ``dk, dv``.
+    Unmasked, every row is a real query that sees every key of the block; a key past L_k
+    (a ragged key block) then gets a finite weight, but it changes only its own row of
+    ``dK`` and ``dV``, which is never stored."""
+    rows = start_m + offs_m  # (BLOCK_M,)
+    if MASK:
+        row_ok = rows < L_q
+        q_mask = row_ok[:, None] & col_ok[None, :]
+        q = tl.load(Q + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
+        do = tl.load(DO + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
+        lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)
+    else:
+        if EVEN_D:  # every feature real: loads without a mask
+            q = tl.load(Q + rows[:, None] * d + cols[None, :])
+            do = tl.load(DO + rows[:, None] * d + cols[None, :])
+        else:
+            q = tl.load(Q + rows[:, None] * d + cols[None, :], mask=col_ok[None, :],
+                        other=0.0)
+            do = tl.load(DO + rows[:, None] * d + cols[None, :], mask=col_ok[None, :],
+                         other=0.0)
+        lse = tl.load(LSE + rows)
+        delta = tl.load(DELTA + rows)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N)
+    p = tl.exp2(scores - lse[:, None])  # (BLOCK_M, BLOCK_N)
+    if MASK:
+        visible = row_ok[:, None] & (keys < L_k)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, p, 0.0)
+    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+    ds = p * (dp - delta[:, None])
+    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _backward_dkdv_kernel_split(
+    Q, K, V, DO, LSE, DELTA, DK, DV, L_q, L_k, d, scale,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,  # d == BLOCK_D: no padding features
+    DIAGONAL: tl.constexpr,  # max(BLOCK_M, BLOCK_N): the query rows whose blocks the
+    # causal mask may cut, from this key block's first key on
+):
+    """:func:`_backward_dkdv_kernel` with its query loop split, the same tiles in the same
+    order: under the causal mask the diagonal blocks with the mask, then the whole blocks
+    below it without; then a ragged last block of queries with the mask. (Causal, the
+    program of key block 0 has the most query blocks and already starts first.)"""
+    block_j = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    Q += bh * L_q * d
+    DO += bh * L_q * d
+    LSE += bh * L_q
+    DELTA += bh * L_q
+    K += bh * L_k * d
+    V += bh * L_k * d
+    DK += bh * L_k * d
+    DV += bh * L_k * d
+    keys = block_j * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    cols = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
+    offs_m = tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    col_ok = cols < d
+    kv_mask = (keys < L_k)[:, None] & col_ok[None, :]
+    k = tl.load(K + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
+    scale2 = scale * LOG2_E
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    if CAUSAL:
+        # from this block's first key on; the query blocks that start within DIAGONAL rows
+        # of it may hold a query before one of its keys
+        start = block_j * BLOCK_N
+        diagonal_end = tl.minimum(start + DIAGONAL, L_q)
+    else:
+        start = 0
+        diagonal_end = 0
+    # the whole query blocks after the diagonal ones, then at most one ragged block
+    whole_end = diagonal_end + (L_q - diagonal_end) // BLOCK_M * BLOCK_M
+    for start_m in range(start, diagonal_end, BLOCK_M):
+        dk, dv = _dkdv_query_block(Q, DO, LSE, DELTA, start_m, offs_m, keys, cols, col_ok,
+                                   k, v, dk, dv, L_q, L_k, d, scale2, True, CAUSAL, EVEN_D,
+                                   PRECISION)
+    for start_m in range(diagonal_end, whole_end, BLOCK_M):
+        dk, dv = _dkdv_query_block(Q, DO, LSE, DELTA, start_m, offs_m, keys, cols, col_ok,
+                                   k, v, dk, dv, L_q, L_k, d, scale2, False, CAUSAL, EVEN_D,
+                                   PRECISION)
+    for start_m in range(whole_end, L_q, BLOCK_M):
+        dk, dv = _dkdv_query_block(Q, DO, LSE, DELTA, start_m, offs_m, keys, cols, col_ok,
+                                   k, v, dk, dv, L_q, L_k, d, scale2, True, CAUSAL, EVEN_D,
+                                   PRECISION)
+    tl.store(DK + keys[:, None] * d + cols[None, :], (dk * scale).to(DK.dtype.element_ty),
+             mask=kv_mask)
+    tl.store(DV + keys[:, None] * d + cols[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_key_block(
+    K, V, start_n, offs_n, rows, cols, col_ok, row_ok, q, do, lse, delta, dq, L_k, d, scale2,
+    MASK: tl.constexpr,  # a diagonal block (causal) or a ragged last block of keys
+    CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """:func:`_backward_dq_kernel`'s loop body for the block of keys at ``start_n``, masking
+    only what ``MASK`` and ``EVEN_D`` say may need it. Returns the new ``dq``. Unmasked,
+    a padding row of a ragged query block reads zeros, so its ``dS`` row is zero; it is
+    never stored either."""
+    keys = start_n + offs_n  # (BLOCK_N,)
+    if MASK:
+        key_ok = keys < L_k
+        kv_mask = key_ok[:, None] & col_ok[None, :]
+        k = tl.load(K + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + keys[:, None] * d + cols[None, :], mask=kv_mask, other=0.0)
+    elif EVEN_D:
+        k = tl.load(K + keys[:, None] * d + cols[None, :])
+        v = tl.load(V + keys[:, None] * d + cols[None, :])
+    else:
+        k = tl.load(K + keys[:, None] * d + cols[None, :], mask=col_ok[None, :], other=0.0)
+        v = tl.load(V + keys[:, None] * d + cols[None, :], mask=col_ok[None, :], other=0.0)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (M, N)
+    p = tl.exp2(scores - lse[:, None])
+    if MASK:
+        visible = row_ok[:, None] & key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, p, 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    return dq
+
+
+@triton.jit
+def _backward_dq_kernel_split(
+    Q, K, V, DO, LSE, DELTA, DQ, L_q, L_k, d, scale,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,  # d == BLOCK_D: no padding features
+):
+    """:func:`_backward_dq_kernel` with its key loop split as in
+    :func:`_forward_kernel_split`: the key blocks every query of the program sees in full,
+    without a mask, then the rest with it; causal, the longest programs start first."""
+    if CAUSAL:
+        block_i = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        block_i = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    Q += bh * L_q * d
+    DO += bh * L_q * d
+    DQ += bh * L_q * d
+    LSE += bh * L_q
+    DELTA += bh * L_q
+    K += bh * L_k * d
+    V += bh * L_k * d
+    rows = block_i * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    cols = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    row_ok = rows < L_q
+    col_ok = cols < d
+    q_mask = row_ok[:, None] & col_ok[None, :]
+    q = tl.load(Q + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + rows[:, None] * d + cols[None, :], mask=q_mask, other=0.0)
+    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)
+    scale2 = scale * LOG2_E
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if CAUSAL:
+        full_end = (block_i * BLOCK_M) // BLOCK_N * BLOCK_N
+        k_end = tl.minimum(L_k, (block_i + 1) * BLOCK_M)
+    else:
+        full_end = (L_k // BLOCK_N) * BLOCK_N
+        k_end = L_k
+    for start_n in range(0, full_end, BLOCK_N):
+        dq = _dq_key_block(K, V, start_n, offs_n, rows, cols, col_ok, row_ok, q, do, lse,
+                           delta, dq, L_k, d, scale2, False, CAUSAL, EVEN_D, PRECISION)
+    for start_n in range(full_end, k_end, BLOCK_N):
+        dq = _dq_key_block(K, V, start_n, offs_n, rows, cols, col_ok, row_ok, q, do, lse,
+                           delta, dq, L_k, d, scale2, True, CAUSAL, EVEN_D, PRECISION)
+    tl.store(DQ + rows[:, None] * d + cols[None, :], (dq * scale).to(DQ.dtype.element_ty),
+             mask=q_mask)
+
+
 # ----------------------------------------------------------------------------- launchers
 
 
@@ -538,16 +747,30 @@ def _backward(do, q, k, v, o, lse, causal, scale, config):
     launch = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     flags = {"CAUSAL": causal, "PRECISION": _precision(q.dtype)}
     blocks = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_D": BLOCK_D}
+    if config.backward not in BACKWARD_KERNELS:  # also checked by flash_attention_lse
+        raise ValueError(f"unknown backward kernel {config.backward!r} in {config}; choose "
+                         f"from {BACKWARD_KERNELS}")
     delta = torch.empty(BH, L_q, dtype=torch.float32, device=q.device)  # (BH, L_q): D
     _backward_delta_kernel[(triton.cdiv(L_q, config.block_m), BH)](
         o, do, delta, L_q, d, BLOCK_M=config.block_m, BLOCK_D=BLOCK_D, **launch)
     dq = torch.empty_like(q)  # (BH, L_q, d)
     dk = torch.empty_like(k)  # (BH, L_k, d)
     dv = torch.empty_like(v)  # (BH, L_k, d)
-    _backward_dkdv_kernel[(triton.cdiv(L_k, config.block_n), BH)](  # a program per key block
-        q, k, v, do, lse, delta, dk, dv, L_q, L_k, d, scale, **flags, **blocks, **launch)
-    _backward_dq_kernel[(triton.cdiv(L_q, config.block_m), BH)](  # a program per query block
-        q, k, v, do, lse, delta, dq, L_q, L_k, d, scale, **flags, **blocks, **launch)
+    dkdv_grid = (triton.cdiv(L_k, config.block_n), BH)  # a program per key block
+    dq_grid = (triton.cdiv(L_q, config.block_m), BH)  # a program per query block
+    if config.backward == "split":
+        even = {"EVEN_D": d == BLOCK_D}
+        _backward_dkdv_kernel_split[dkdv_grid](
+            q, k, v, do, lse, delta, dk, dv, L_q, L_k, d, scale, **flags, **blocks, **even,
+            DIAGONAL=max(config.block_m, config.block_n), **launch)
+        _backward_dq_kernel_split[dq_grid](
+            q, k, v, do, lse, delta, dq, L_q, L_k, d, scale, **flags, **blocks, **even,
+            **launch)
+    else:
+        _backward_dkdv_kernel[dkdv_grid](
+            q, k, v, do, lse, delta, dk, dv, L_q, L_k, d, scale, **flags, **blocks, **launch)
+        _backward_dq_kernel[dq_grid](
+            q, k, v, do, lse, delta, dq, L_q, L_k, d, scale, **flags, **blocks, **launch)
     return dq, dk, dv
 
 
@@ -677,6 +900,9 @@ def flash_attention_lse(
     if config.forward not in FORWARD_KERNELS:
         raise ValueError(f"unknown forward kernel {config.forward!r} in {config}; choose from "
                          f"{FORWARD_KERNELS}")
+    if backward_config.backward not in BACKWARD_KERNELS:
+        raise ValueError(f"unknown backward kernel {backward_config.backward!r} in "
+                         f"{backward_config}; choose from {BACKWARD_KERNELS}")
     _check_runnable(query.device)  # last: every other error is the same on every machine
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients

@@ -344,7 +344,7 @@ def measure_decode(args) -> list[dict]:
 
 
 AUTOTUNE_FIELDS = ["direction", "d", "causal", "L", "block_m", "block_n", "num_warps",
-                   "num_stages", "forward", "status", "ms", "error"]
+                   "num_stages", "forward", "backward", "status", "ms", "error"]
 AUTOTUNE_HEAD_DIMS = (64, 128)
 #: what the autotune checks each setting's results against
 AUTOTUNE_REFERENCE = "sdpa_flash"
@@ -355,8 +355,8 @@ def autotune_configs(direction: str = "forward"):
     """The launch settings tried. Forward: tiles of 64 or 128 queries by 32, 64 or 128 keys,
     4 or 8 warps, 2 or 3 stages, the plain or the split kernel (48). Backward, whose kernels
     hold more tiles at once (Q, K, V, dO and two float32 accumulators): tiles of 32 to 128
-    queries by 32 to 128 keys without the largest (128 by 128), 4 or 8 warps, 1 or 2 stages
-    (32)."""
+    queries by 32 to 128 keys without the largest (128 by 128), 4 or 8 warps, 1 or 2 stages,
+    the plain or the split kernels (64)."""
     from attention_src.flash_triton import FlashConfig
 
     if direction == "forward":
@@ -364,14 +364,20 @@ def autotune_configs(direction: str = "forward"):
                 for w in (4, 8) for st in (2, 3) for kernel in ("plain", "split")]
     if direction == "backward":
         tiles = [(bm, bn) for bm in (32, 64, 128) for bn in (32, 64, 128) if bm * bn < 128 * 128]
-        return [FlashConfig(bm, bn, w, st) for bm, bn in tiles for w in (4, 8) for st in (1, 2)]
+        return [FlashConfig(bm, bn, w, st, backward=kernel) for bm, bn in tiles
+                for w in (4, 8) for st in (1, 2) for kernel in ("plain", "split")]
     raise ValueError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
 
 
-def autotune_jobs(head_dims=AUTOTUNE_HEAD_DIMS) -> list[tuple]:
+def autotune_jobs(head_dims=AUTOTUNE_HEAD_DIMS, directions=DIRECTIONS) -> list[tuple]:
     """Every ``(direction, d, causal, config)`` the autotune times, in its order: per head
-    dimension, the forward settings (causal and not), then the backward ones."""
+    dimension, the forward settings (causal and not), then the backward ones (of
+    ``directions``, both by default)."""
+    for direction in directions:
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
     return [(direction, d, causal, config) for d in head_dims for direction in DIRECTIONS
+            if direction in directions
             for causal in (False, True) for config in autotune_configs(direction)]
 
 
@@ -435,7 +441,7 @@ def autotune(args, L: int = 8192, path: Path | None = None, head_dims=AUTOTUNE_H
     B, h = args.batch, args.heads
     rows = []
     for d in head_dims:
-        jobs = autotune_jobs((d,))
+        jobs = autotune_jobs((d,), getattr(args, "directions", DIRECTIONS))
         compiled = {}
         if args.compile_workers > 0:
             started = time.perf_counter()
@@ -515,14 +521,15 @@ def best_configs(rows: list[dict]) -> dict[tuple[int, str], dict]:
             if int(r["d"]) != d or r["direction"] != direction or r["status"] != "ok":
                 continue
             key = (*(int(r[f]) for f in ("block_m", "block_n", "num_warps", "num_stages")),
-                   r.get("forward") or "plain")
+                   r.get("forward") or "plain", r.get("backward") or "plain")
             totals[key] = totals.get(key, 0.0) + float(r["ms"])
             counts[key] = counts.get(key, 0) + 1
         complete = [key for key, n in counts.items() if n == 2]
         if complete:
             key = min(complete, key=totals.__getitem__)
             best[d, direction] = dict(zip(("block_m", "block_n", "num_warps", "num_stages",
-                                           "forward"), key, strict=True), ms=totals[key])
+                                           "forward", "backward"), key, strict=True),
+                                      ms=totals[key])
     return best
 
 
@@ -542,7 +549,7 @@ def apply_configs(best: dict[tuple[int, str], dict]) -> dict[str, dict[int, list
     for (d, direction), setting in best.items():
         tables[direction][d] = flash_triton.FlashConfig(
             setting["block_m"], setting["block_n"], setting["num_warps"], setting["num_stages"],
-            setting.get("forward", "plain"))
+            setting.get("forward", "plain"), setting.get("backward", "plain"))
     return {direction: {d: list(c) for d, c in table.items()}
             for direction, table in tables.items()}
 
@@ -554,8 +561,8 @@ def config_lines(best: dict[tuple[int, str], dict]) -> list[str]:
         lines.append(f"{table}:")
         for (d, which), b in sorted(best.items()):
             if which == direction:
-                kernel = (f", forward={b['forward']!r}"
-                          if b.get("forward", "plain") != "plain" else "")
+                kernel = "".join(f", {which}={b[which]!r}" for which in DIRECTIONS
+                                 if b.get(which, "plain") != "plain")
                 lines.append(f"    {d}: FlashConfig(block_m={b['block_m']}, "
                              f"block_n={b['block_n']}, num_warps={b['num_warps']}, "
                              f"num_stages={b['num_stages']}{kernel}),  # {b['ms']:.3f} ms")
@@ -718,6 +725,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--masked-rows", action="store_true", help="fully masked rows per backend")
     p.add_argument("--decode", action="store_true", help="one decoded token against the cache")
     p.add_argument("--autotune", action="store_true", help="time the kernels' launch settings")
+    p.add_argument("--directions", nargs="+", choices=DIRECTIONS, default=list(DIRECTIONS),
+                   help="the autotune's directions (both by default)")
     p.add_argument("--compile-workers", type=int, default=max(1, min(14, (os.cpu_count() or 2)
                                                                        - 2)),
                    help="processes compiling the autotune's kernels at once (0: none)")

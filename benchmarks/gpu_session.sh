@@ -17,6 +17,7 @@
 #    decode.csv);
 # 5. the full table (L 512 to 32768, float16 then bfloat16, causal and not) with the
 #    autotune's settings, for whatever time is left (gpu.csv, gpu_meta.json).
+# A step's limit comes from its variable (TESTS_SECONDS ...); 0 skips the step.
 # Everything, logs included, is packed after each step into OUT/session.tar.gz (the device
 # tool brings back at most 8 files), and a summary is printed last and kept as
 # OUT/summary.txt.
@@ -63,8 +64,10 @@ sha256sum attention_src/*.py benchmarks/bench_gpu.py benchmarks/gpu_session.sh \
 
 step tests "${TESTS_SECONDS:-120}" python3 -m pytest -q -p no:cacheprovider -n 8 \
     tests/test_flash_triton.py tests/test_bench_gpu.py
+# AUTOTUNE_ARGS="--directions backward": tune one direction only, the other keeping the
+# table's settings in attention_src/flash_triton.py
 step autotune "${AUTOTUNE_SECONDS:-200}" python3 benchmarks/bench_gpu.py --autotune --only \
-    --warmup 1 --repeats 5 --out "$work/autotune"
+    --warmup 1 --repeats 5 ${AUTOTUNE_ARGS:-} --out "$work/autotune"
 configs=()
 [[ -s "$work/autotune/autotune.csv" ]] && configs=(--configs "$work/autotune/autotune.csv")
 step targets "${TARGETS_SECONDS:-70}" python3 benchmarks/bench_gpu.py --targets --only \

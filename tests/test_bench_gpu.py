@@ -119,14 +119,21 @@ def test_autotune_settings_per_direction_and_the_order_of_the_jobs():
     assert len(forward) == len(set(forward)) == 48
     assert all(c.block_m in (64, 128) and c.block_n in (32, 64, 128) for c in forward)
     assert {c.forward for c in forward} == {"plain", "split"}
-    assert len(backward) == len(set(backward)) == 32
+    assert {c.backward for c in forward} == {"plain"}
+    assert len(backward) == len(set(backward)) == 64
     assert all(c.block_m * c.block_n < 128 * 128 for c in backward)
+    assert {c.backward for c in backward} == {"plain", "split"}
+    assert {c.forward for c in backward} == {"plain"}
     with pytest.raises(ValueError, match="unknown direction 'sideways'"):
         bench_gpu.autotune_configs("sideways")
     jobs = bench_gpu.autotune_jobs()
-    assert len(jobs) == len(set(jobs)) == 2 * 2 * (48 + 32)  # head dims x causal x settings
-    assert [j[:2] for j in jobs[:1] + jobs[96:97] + jobs[160:161]] == [
+    assert len(jobs) == len(set(jobs)) == 2 * 2 * (48 + 64)  # head dims x causal x settings
+    assert [j[:2] for j in jobs[:1] + jobs[96:97] + jobs[224:225]] == [
         ("forward", 64), ("backward", 64), ("forward", 128)]  # d 64 first, forward first
+    backward_only = bench_gpu.autotune_jobs(directions=("backward",))
+    assert backward_only == [j for j in jobs if j[0] == "backward"]
+    with pytest.raises(ValueError, match="unknown direction 'up'"):
+        bench_gpu.autotune_jobs(directions=("up",))
 
 
 def _tuned(direction, d, causal, bm, ms, status="ok"):
@@ -150,7 +157,8 @@ def test_the_best_setting_by_hand_read_back_from_the_csv(tmp_path):
         assert math.isclose(best[64, "forward"]["ms"], 1.7)
         assert best[64, "backward"]["block_m"] == 32 and best[64, "backward"]["ms"] == 7.0
         assert best[128, "forward"] == {"block_m": 64, "block_n": 64, "num_warps": 4,
-                                        "num_stages": 2, "forward": "plain", "ms": 5.0}
+                                        "num_stages": 2, "forward": "plain",
+                                        "backward": "plain", "ms": 5.0}
 
 
 def test_the_best_settings_go_into_the_two_tables(monkeypatch):
@@ -163,20 +171,21 @@ def test_the_best_settings_go_into_the_two_tables(monkeypatch):
     best = {(64, "forward"): {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3,
                               "forward": "split", "ms": 1.5},
             (64, "backward"): {"block_m": 32, "block_n": 128, "num_warps": 4, "num_stages": 1,
-                               "ms": 4.0}}
+                               "backward": "split", "ms": 4.0}}
     tables = bench_gpu.apply_configs(best)
     assert ft.GPU_CONFIGS[64] == ft.FlashConfig(128, 64, 8, 3, "split")
-    assert ft.GPU_BACKWARD_CONFIGS[64] == ft.FlashConfig(32, 128, 4, 1)
+    assert ft.GPU_BACKWARD_CONFIGS[64] == ft.FlashConfig(32, 128, 4, 1, backward="split")
     assert ft.GPU_CONFIGS[32] == before_32  # an untuned head dimension keeps its setting
-    assert tables["forward"][64] == [128, 64, 8, 3, "split"]
-    assert tables["backward"][64] == [32, 128, 4, 1, "plain"]
+    assert tables["forward"][64] == [128, 64, 8, 3, "split", "plain"]
+    assert tables["backward"][64] == [32, 128, 4, 1, "plain", "split"]
     lines = bench_gpu.config_lines(best)
     assert lines == [
         "GPU_CONFIGS:",
         "    64: FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, "
         "forward='split'),  # 1.500 ms",
         "GPU_BACKWARD_CONFIGS:",
-        "    64: FlashConfig(block_m=32, block_n=128, num_warps=4, num_stages=1),  # 4.000 ms"]
+        "    64: FlashConfig(block_m=32, block_n=128, num_warps=4, num_stages=1, "
+        "backward='split'),  # 4.000 ms"]
 
 
 def test_the_backward_mode_times_the_backward_pass_alone():
@@ -258,7 +267,7 @@ def test_autotune_and_targets_run_end_to_end_on_the_cpu_interpreter(monkeypatch,
     monkeypatch.setattr(ft, "GPU_BACKWARD_CONFIGS", dict(ft.GPU_BACKWARD_CONFIGS))
     defaults = dict(ft.GPU_CONFIGS), dict(ft.GPU_BACKWARD_CONFIGS)
     small = {"forward": [ft.FlashConfig(64, 32), ft.FlashConfig(128, 32)],
-             "backward": [ft.FlashConfig(32, 64), ft.FlashConfig(32, 16)]}
+             "backward": [ft.FlashConfig(32, 64), ft.FlashConfig(32, 16, backward="split")]}
     monkeypatch.setattr(bench_gpu, "autotune_configs", lambda direction="forward":
                         small[direction])
     _fake_timer(monkeypatch, ft)
@@ -270,6 +279,7 @@ def test_autotune_and_targets_run_end_to_end_on_the_cpu_interpreter(monkeypatch,
     assert (ft.GPU_CONFIGS, ft.GPU_BACKWARD_CONFIGS) == defaults  # put back after each
     best = bench_gpu.best_configs(bench_gpu.read_csv(tmp_path / "autotune.csv"))
     assert (best[64, "forward"]["block_m"], best[64, "backward"]["block_n"]) == (64, 16)
+    assert best[64, "backward"]["backward"] == "split"  # read back from the CSV
 
     rows = bench_gpu.measure_targets(args, device="cpu", length=32, memory_lengths=[16, 32])
     speed = {(r["method"], r["causal"], r["mode"]): r["status"] for r in rows

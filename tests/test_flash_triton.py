@@ -458,3 +458,50 @@ def test_an_unknown_forward_kernel_is_named(monkeypatch):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="unknown forward kernel 'fused'"):
         flash_attention(q, k, v)
+
+
+# ---------------------------------------------- the split backward kernels, beside the plain
+
+
+@pytest.mark.parametrize(("causal", "L_q", "L_k", "d", "block_m", "block_n"), [
+    (False, 45, 45, 32, 16, 16),  # ragged last query and key blocks, every feature real
+    (False, 20, 70, 24, 16, 32),  # L_q != L_k, padding features, taller key blocks
+    (True, 45, 45, 32, 16, 16),
+    (True, 64, 64, 24, 32, 16),  # a query block wider than a key block: one diagonal block
+    (True, 50, 50, 16, 16, 32),  # a key block wider than a query block: two diagonal blocks
+    (True, 40, 40, 32, 32, 16),  # the diagonal blocks run past L_q (the bound is clamped)
+], ids=["full-ragged", "Lq<Lk-d24", "causal-ragged", "causal-32x16", "causal-16x32",
+        "causal-clamped"])
+def test_the_split_backward_kernels_give_the_plain_kernels_gradients(monkeypatch, device,
+                                                                     causal, L_q, L_k, d,
+                                                                     block_m, block_n):
+    """Same tiles in the same order, masks only where needed, causal query blocks of the dQ
+    kernel in reverse: under the interpreter every gradient is bit for bit the plain
+    kernels'; compiled, within float32 rounding; and both match SDPA's."""
+    q, k, v, grad = inputs(13, 2, 2, L_q, L_k, d, device=device)
+    tiles = flash_triton.FlashConfig(block_m, block_n)
+    grads = {}
+    for kernel in flash_triton.BACKWARD_KERNELS:
+        monkeypatch.setattr(flash_triton, "default_config",
+                            lambda head_dim, backward=False, _k=kernel: tiles._replace(
+                                backward=_k))
+        grads[kernel] = forward_backward(flash, q, k, v, grad, causal=causal)
+    for plain, split in zip(grads["plain"], grads["split"], strict=True):
+        if flash_triton.INTERPRETED:
+            assert torch.equal(plain, split)
+        else:
+            torch.testing.assert_close(split, plain, rtol=1e-6, atol=1e-6)
+    for x, ref in zip(grads["split"], reference(q, k, v, grad, causal=causal), strict=True):
+        torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unknown_backward_kernel_is_named(monkeypatch):
+    monkeypatch.setattr(flash_triton, "default_config",
+                        lambda head_dim, backward=False: flash_triton.FlashConfig(
+                            16, 16, backward="atomic"))
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="unknown backward kernel 'atomic'"):
+        flash_attention(q, k, v)
+    with pytest.raises(ValueError, match="unknown backward kernel 'atomic'"):
+        flash_triton._backward(*(torch.zeros(1, 16, 16),) * 5, torch.zeros(1, 16), False,
+                               0.25, flash_triton.FlashConfig(16, 16, backward="atomic"))
