@@ -62,7 +62,8 @@ python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" ||
 sha256sum attention_src/*.py benchmarks/bench_gpu.py benchmarks/gpu_session.sh \
     > "$work/sources.sha256"
 
-step tests "${TESTS_SECONDS:-120}" python3 -m pytest -q -p no:cacheprovider -n 8 \
+# -v: each test's verdict is printed as it ends, so a run cut short still names a failure
+step tests "${TESTS_SECONDS:-120}" python3 -m pytest -v -p no:cacheprovider -n 8 \
     tests/test_flash_triton.py tests/test_bench_gpu.py
 # AUTOTUNE_ARGS="--directions backward": tune one direction only, the other keeping the
 # table's settings in attention_src/flash_triton.py
