@@ -336,6 +336,16 @@ def test_default_config_small_tiles_interpreted_and_the_gpu_table_by_head_dim(mo
     assert flash_triton.default_config(40, backward=True) == flash_triton.FlashConfig(32, 16)
     assert flash_triton.default_config(40) is flash_triton.GPU_CONFIGS[64]
     assert sorted(flash_triton.GPU_BACKWARD_CONFIGS) == [16, 32, 64, 128]
+    # float32 on a GPU: one moderate setting (the tables were tuned in float16)
+    for backward in (False, True):
+        assert flash_triton.default_config(
+            128, backward, dtype=torch.float32) is flash_triton.GPU_FLOAT32_CONFIG
+        assert flash_triton.default_config(
+            128, backward, dtype=torch.bfloat16) is flash_triton.default_config(128, backward)
+    assert flash_triton.GPU_FLOAT32_CONFIG[:2] == (64, 64)
+    monkeypatch.setattr(flash_triton, "INTERPRETED", True)
+    assert flash_triton.default_config(128, dtype=torch.float32) == \
+        flash_triton.INTERPRETER_CONFIG
 
 
 def test_the_backward_kernels_are_launched_with_the_backward_settings(monkeypatch, device):
@@ -344,7 +354,8 @@ def test_the_backward_kernels_are_launched_with_the_backward_settings(monkeypatc
     forward_tiles = flash_triton.FlashConfig(block_m=32, block_n=16)
     backward_tiles = flash_triton.FlashConfig(block_m=16, block_n=32)
     monkeypatch.setattr(flash_triton, "default_config",
-                        lambda d, backward=False: backward_tiles if backward else forward_tiles)
+                        lambda d, backward=False, **_: (backward_tiles if backward
+                                                        else forward_tiles))
     seen = {}
     for name in ("_forward", "_backward"):
         launch = getattr(flash_triton, name)
@@ -439,7 +450,8 @@ def test_the_split_forward_kernel_gives_the_plain_kernels_numbers(monkeypatch, d
     outs = {}
     for kernel in flash_triton.FORWARD_KERNELS:
         monkeypatch.setattr(flash_triton, "default_config",
-                            lambda head_dim, backward=False, _k=kernel: tiles._replace(forward=_k))
+                            lambda head_dim, backward=False, _k=kernel, **_: tiles._replace(
+                                forward=_k))
         outs[kernel] = flash_attention_lse(q, k, v, causal)
     for plain, split in zip(outs["plain"], outs["split"], strict=True):
         if flash_triton.INTERPRETED:
@@ -453,7 +465,7 @@ def test_the_split_forward_kernel_gives_the_plain_kernels_numbers(monkeypatch, d
 
 def test_an_unknown_forward_kernel_is_named(monkeypatch):
     monkeypatch.setattr(flash_triton, "default_config",
-                        lambda head_dim, backward=False: flash_triton.FlashConfig(
+                        lambda head_dim, backward=False, **_: flash_triton.FlashConfig(
                             16, 16, forward="fused"))
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="unknown forward kernel 'fused'"):
@@ -483,7 +495,7 @@ def test_the_split_backward_kernels_give_the_plain_kernels_gradients(monkeypatch
     grads = {}
     for kernel in flash_triton.BACKWARD_KERNELS:
         monkeypatch.setattr(flash_triton, "default_config",
-                            lambda head_dim, backward=False, _k=kernel: tiles._replace(
+                            lambda head_dim, backward=False, _k=kernel, **_: tiles._replace(
                                 backward=_k))
         grads[kernel] = forward_backward(flash, q, k, v, grad, causal=causal)
     for plain, split in zip(grads["plain"], grads["split"], strict=True):
@@ -497,7 +509,7 @@ def test_the_split_backward_kernels_give_the_plain_kernels_gradients(monkeypatch
 
 def test_an_unknown_backward_kernel_is_named(monkeypatch):
     monkeypatch.setattr(flash_triton, "default_config",
-                        lambda head_dim, backward=False: flash_triton.FlashConfig(
+                        lambda head_dim, backward=False, **_: flash_triton.FlashConfig(
                             16, 16, backward="atomic"))
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="unknown backward kernel 'atomic'"):
@@ -505,3 +517,19 @@ def test_an_unknown_backward_kernel_is_named(monkeypatch):
     with pytest.raises(ValueError, match="unknown backward kernel 'atomic'"):
         flash_triton._backward(*(torch.zeros(1, 16, 16),) * 5, torch.zeros(1, 16), False,
                                0.25, flash_triton.FlashConfig(16, 16, backward="atomic"))
+
+
+def test_flash_attention_asks_for_the_settings_of_its_dtype(monkeypatch):
+    """float32 inputs get float32's settings on a GPU (the tables were tuned in float16):
+    the call passes its dtype to default_config, for each pass."""
+    seen = []
+    real = flash_triton.default_config
+
+    def spy(head_dim, backward=False, dtype=torch.float16):
+        seen.append((head_dim, backward, dtype))
+        return real(head_dim, backward, dtype)
+    monkeypatch.setattr(flash_triton, "default_config", spy)
+    for dtype in (torch.float32, torch.float16):
+        flash_attention(*_qkv(dtype=dtype))
+    assert seen == [(16, False, torch.float32), (16, True, torch.float32),
+                    (16, False, torch.float16), (16, True, torch.float16)]
