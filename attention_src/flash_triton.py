@@ -530,8 +530,8 @@ def _dkdv_query_block(
     """:func:`_backward_dkdv_kernel`'s loop body for the block of queries at ``start_m``,
     masking only what ``MASK`` and ``EVEN_D`` say may need it. Returns the new ``dk, dv``.
     Unmasked, every row is a real query that sees every key of the block; a key past L_k
-    (a ragged key block) then gets a finite weight, but it changes only its own row of
-    ``dK`` and ``dV``, which is never stored."""
+    (a ragged key block) then gets a weight, which may even overflow to inf, but it changes
+    only its own row of ``dK`` and ``dV``, which is never stored."""
     rows = start_m + offs_m  # (BLOCK_M,)
     if MASK:
         row_ok = rows < L_q
@@ -669,7 +669,9 @@ def _backward_dq_kernel_split(
 ):
     """:func:`_backward_dq_kernel` with its key loop split as in
     :func:`_forward_kernel_split`: the key blocks every query of the program sees in full,
-    without a mask, then the rest with it; causal, the longest programs start first."""
+    without a mask, then the rest with it; causal, the longest programs start first. Causal
+    needs ``L_q == L_k`` (:func:`flash_attention` checks it): the unmasked blocks' bound
+    assumes every key before a query exists."""
     if CAUSAL:
         block_i = tl.num_programs(0) - 1 - tl.program_id(0)
     else:
@@ -825,6 +827,22 @@ def _check_block(name: str, value: object) -> int:
     return value
 
 
+def _checked_backward_tiles(config: FlashConfig, dtype: torch.dtype) -> FlashConfig:
+    """``config`` for tiles the caller chose, which no autotune has checked: compiled for a
+    GPU with half-precision inputs, tiles of fewer than 64 queries get one pipeline stage.
+
+    On an NVIDIA H200 (Triton 3.6), in float16, 7 of the 48 backward settings with 32-query
+    tiles and two stages computed wrong gradients (relative error up to 0.28) and 6 more
+    inflated ones, while all 48 such settings with one stage were right (chapter 12; the
+    saved autotune ``ch12_gpu_autotune.csv``). A Triton bug on Hopper GPUs with ``tl.trans``
+    of a ``tl.dot`` result, fixed in Triton 3.7.1, may be the cause. The tables' own
+    settings were checked, so only the caller's tiles pass through here."""
+    if (not INTERPRETED and dtype in (torch.float16, torch.bfloat16)
+            and config.block_m < 64 and config.num_stages > 1):
+        return config._replace(num_stages=1)
+    return config
+
+
 def _check_runnable(device: torch.device) -> None:
     """Require a device the kernels run on: the CPU (or CUDA) under the interpreter, CUDA
     when they are compiled."""
@@ -918,6 +936,8 @@ def flash_attention_lse(
     if backward_config.backward not in BACKWARD_KERNELS:
         raise ValueError(f"unknown backward kernel {backward_config.backward!r} in "
                          f"{backward_config}; choose from {BACKWARD_KERNELS}")
+    if block_m is not None:
+        backward_config = _checked_backward_tiles(backward_config, query.dtype)
     _check_runnable(query.device)  # last: every other error is the same on every machine
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients

@@ -5,6 +5,11 @@
 #
 #   bash benchmarks/gpu_session.sh "$OUT"      # stops by itself after SESSION_SECONDS (560)
 #
+# The native tests alone (about 2 minutes with the machine's start):
+#
+#   AUTOTUNE_SECONDS=0 TARGETS_SECONDS=0 EXTRA_SECONDS=0 BENCH_SECONDS=0 \
+#       bash benchmarks/gpu_session.sh "$OUT"
+#
 # In order of what matters most, each step with a time limit, cut short where the session's
 # time is running out:
 # 1. the Triton kernels' tests, compiled and run natively on the GPU (TRITON_INTERPRET unset),
@@ -63,7 +68,7 @@ sha256sum attention_src/*.py benchmarks/bench_gpu.py benchmarks/gpu_session.sh \
     > "$work/sources.sha256"
 
 # -v: each test's verdict is printed as it ends, so a run cut short still names a failure
-step tests "${TESTS_SECONDS:-120}" python3 -m pytest -v -p no:cacheprovider -n 8 \
+step tests "${TESTS_SECONDS:-180}" python3 -m pytest -v -p no:cacheprovider -n 8 \
     tests/test_flash_triton.py tests/test_bench_gpu.py
 # AUTOTUNE_ARGS="--directions backward": tune one direction only, the other keeping the
 # table's settings in attention_src/flash_triton.py
@@ -75,7 +80,8 @@ step targets "${TARGETS_SECONDS:-70}" python3 benchmarks/bench_gpu.py --targets 
     "${configs[@]}" --out "$work/targets"
 step extra "${EXTRA_SECONDS:-40}" python3 benchmarks/bench_gpu.py --masked-rows --decode \
     --only --out "$work/extra"
-step bench "$total" python3 benchmarks/bench_gpu.py "${configs[@]}" --out "$work/table"
+step bench "${BENCH_SECONDS:-$total}" python3 benchmarks/bench_gpu.py "${configs[@]}" \
+    --out "$work/table"
 
 {
     echo "== summary"

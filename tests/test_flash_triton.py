@@ -533,3 +533,26 @@ def test_flash_attention_asks_for_the_settings_of_its_dtype(monkeypatch):
         flash_attention(*_qkv(dtype=dtype))
     assert seen == [(16, False, torch.float32), (16, True, torch.float32),
                     (16, False, torch.float16), (16, True, torch.float16)]
+
+
+def test_chosen_small_query_tiles_get_one_backward_stage_on_a_gpu(monkeypatch):
+    """Compiled, half precision, tiles the caller chose with fewer than 64 queries: the
+    backward runs with one pipeline stage (two stages gave wrong gradients on an H200);
+    float32, 64-query tiles and the tables' own settings are left alone."""
+    seen = []
+
+    def apply(q, k, v, causal, scale, config, backward_config):
+        seen.append(backward_config)
+        return torch.zeros_like(q), torch.zeros(q.shape[:2])
+    monkeypatch.setattr(flash_triton._FlashAttention, "apply", apply)
+    monkeypatch.setattr(flash_triton, "_check_runnable", lambda device: None)
+    monkeypatch.setattr(flash_triton, "_kernel_dtype", lambda dtype: dtype)
+    monkeypatch.setattr(flash_triton, "INTERPRETED", False)
+    monkeypatch.setitem(flash_triton.GPU_BACKWARD_CONFIGS, 16,
+                        flash_triton.FlashConfig(32, 64, 4, 2, backward="split"))
+    for dtype, block_m in ((torch.float16, 32), (torch.bfloat16, 16), (torch.float16, 64),
+                           (torch.float32, 32), (torch.float16, None)):
+        flash_attention(*_qkv(dtype=dtype), block_m=block_m)
+    assert [c.num_stages for c in seen] == [1, 1, 2, 2, 2]
+    assert seen[0] == flash_triton.FlashConfig(32, 64, 4, 1, backward="split")
+    assert seen[-1] == flash_triton.GPU_BACKWARD_CONFIGS[16]  # the table's, unchanged
