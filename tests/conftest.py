@@ -1,7 +1,7 @@
 """Shared hypothesis strategies and helpers for the unit tests of ``attention_src``.
 
-Only strategies, plain helpers and a settings object live here: no pytest hooks, so the nbval
-run over the notebooks (which does not collect this folder's conftest anyway) is unaffected.
+Strategies, plain helpers, a settings object and one hook, which orders the unit tests' files
+for the two workers (the nbval run over the notebooks does not collect this folder's conftest).
 
 Tensors are drawn as a shape plus a seed for a ``torch.Generator``: hypothesis then shrinks
 shapes and seeds, and drawing stays fast (no element-by-element lists).
@@ -54,6 +54,19 @@ DEVICES = [
 def device(request) -> str:
     """Each device type in turn: ``"cpu"``, then ``"cuda"`` (skipped without a GPU)."""
     return request.param
+
+
+#: Test files that keep one worker busy for minutes (``test_wheel.py`` builds the wheel,
+#: installs it in a fresh environment and runs three chapters with it: about 160 s of the
+#: unit tests' 320 s). ``make unit`` hands out whole files in collection order
+#: (``--dist loadfile --no-loadscope-reorder``); sent last, as pytest-xdist's default order (the
+#: files with the most tests first) did, such a file ran alone while the other worker idled.
+LONG_FILES_FIRST = ("test_wheel.py",)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Move the tests of ``LONG_FILES_FIRST`` to the front; the rest keep their order."""
+    items.sort(key=lambda item: item.path.name not in LONG_FILES_FIRST)
 
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)

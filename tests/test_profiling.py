@@ -301,25 +301,33 @@ def _touch_fresh_memory():
 
 _FRESH_CHILD = """
 import json
-from attention_src.profiling import measure_call
+from attention_src.profiling import mean_cost, measure_call
 from tests.test_profiling import _MIB64, _touch_fresh_memory
-out, cost = measure_call(_touch_fresh_memory)
-assert len(out) == _MIB64 and out[0] == 1
+{body}
 print(json.dumps(cost._asdict()))
 """
 
 
-def test_measure_call_returns_the_result_and_counts_the_faults_of_fresh_memory():
-    """In a fresh process: a test worker's allocator has a history (a 64 MiB buffer once came
-    back without a single fault in CI, its pages already the process's), and a new process
-    has none, so the buffer is fresh memory there by construction."""
+def _cost_in_a_fresh_process(body: str) -> profiling.CpuCost:
+    """The ``cost`` that ``body`` computes in a new Python process. A test worker's allocator
+    has a history: a freed region at the top of its heap can hand back a 64 MiB buffer whose
+    pages are already the process's, without a single fault (it happened in CI to
+    ``measure_call``, and to ``mean_cost`` once the workers ran the test files in another
+    order). A new process has no such region, so the buffer is fresh memory by construction."""
     import json
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", _FRESH_CHILD], env=env, cwd=root,
-                          capture_output=True, text=True, check=True)
-    cost = profiling.CpuCost(**json.loads(done.stdout))
+    done = subprocess.run([sys.executable, "-c", _FRESH_CHILD.format(body=body)], env=env,
+                          cwd=root, capture_output=True, text=True, check=True)
+    return profiling.CpuCost(**json.loads(done.stdout))
+
+
+def test_measure_call_returns_the_result_and_counts_the_faults_of_fresh_memory():
+    """In a fresh process (see ``_cost_in_a_fresh_process``)."""
+    cost = _cost_in_a_fresh_process(
+        "out, cost = measure_call(_touch_fresh_memory)\n"
+        "assert len(out) == _MIB64 and out[0] == 1")
     # one fault per 4 KiB page (a few more for the allocator's bookkeeping)
     assert _MIB64 // _PAGE <= cost.minor_faults < 1.1 * _MIB64 // _PAGE
     assert cost.system_ms > 0  # the kernel zero-fills each page: system time, not user time
@@ -604,7 +612,9 @@ def test_mean_cost_averages_over_calls_that_fill_min_ms(monkeypatch, min_ms, cal
 
 
 def test_mean_cost_counts_the_faults_of_fresh_memory_per_call():
-    cost = mean_cost(_touch_fresh_memory, 1, warm_up=1)
+    """In a fresh process (see ``_cost_in_a_fresh_process``): each call's 64 MiB buffer is
+    freed before the next, handed back to the kernel, and faulted in anew."""
+    cost = _cost_in_a_fresh_process("cost = mean_cost(_touch_fresh_memory, 1, warm_up=1)")
     assert _fresh_faults_min() <= cost.minor_faults < 1.1 * _MIB64 // _PAGE
     assert cost.system_ms > 0
 
