@@ -112,6 +112,40 @@ def test_masked_softmax_is_the_softmax_of_the_unmasked_scores(sm):
         torch.testing.assert_close(w_row, expected, atol=1e-12, rtol=1e-12)
 
 
+@PROPERTY
+@given(scores_and_mask(), st.sampled_from([torch.float64, torch.float32, torch.float16,
+                                           torch.bfloat16]), seeds)
+def test_masked_softmax_equals_its_masked_fill_form_bit_for_bit(sm, dtype, seed):
+    """A consistency check, not evidence of correctness (the other masked_softmax tests are):
+    ``masked_softmax`` selects with ``torch.where``, which was chosen for speed, and must give
+    exactly the weights and gradients of the form it replaced, two ``masked_fill`` calls
+    around ``torch.softmax``. Broadcast masks, every floating dtype, rows with a -inf or a
+    +inf score (NaN weights in both forms, except where masked) and, among the drawn masks,
+    fully masked rows."""
+    scores, mask = sm
+    scores = scores.to(dtype)
+    scores.view(-1)[::3] = -math.inf  # some allowed and some masked scores overflowed
+    scores.view(-1)[1::11] = math.inf  # and a few the other way: NaN weights, but not masked
+    lowest = torch.finfo(dtype).min
+    grad_out = randn(seed, *scores.shape).to(dtype)
+    results = []
+    for form in ("where", "masked_fill"):
+        leaf = scores.clone().requires_grad_()
+        if form == "where":
+            weights = masked_softmax(leaf, mask)
+        else:
+            weights = torch.softmax(leaf.masked_fill(~mask, lowest), dim=-1).masked_fill(
+                ~mask, 0.0)
+        (grad,) = torch.autograd.grad(weights, leaf, grad_out)
+        results.append((weights.detach(), grad))
+    (w_where, g_where), (w_fill, g_fill) = results
+    assert w_where.dtype == dtype and w_where.shape == scores.shape
+    assert torch.equal(w_where.isnan(), w_fill.isnan())
+    assert torch.equal(w_where.nan_to_num(), w_fill.nan_to_num())
+    assert torch.equal(g_where.nan_to_num(), g_fill.nan_to_num())
+    assert torch.equal(g_where.isnan(), g_fill.isnan())
+
+
 def test_masked_softmax_without_mask_is_softmax():
     x = randn(0, 2, 3, 4)
     torch.testing.assert_close(masked_softmax(x), softmax(x), atol=1e-15, rtol=0)
