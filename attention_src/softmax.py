@@ -80,12 +80,14 @@ def masked_softmax(
         return torch.softmax(scores, dim=dim)
     # The most negative finite number, not -inf: a fully masked row then stays finite through
     # softmax (and its backward pass) before the final selection sets it to zero. torch.where
-    # selects what masked_fill would write, bit for bit, gradients included, in 1.3 to 1.9
-    # times less CPU time forward and backward (benchmarks/bench_softmax.py; most with a mask
-    # broadcast over batch and heads).
+    # selects what masked_fill would write, bit for bit, gradients included, in 1.28 to 1.87
+    # times less CPU time forward and backward (three runs of benchmarks/bench_softmax.py;
+    # most with a mask broadcast over batch and heads).
     lowest = torch.finfo(scores.dtype).min
     weights = torch.softmax(torch.where(mask, scores, lowest), dim=dim)  # (..., L_q, L_k)
-    return torch.where(mask, weights, 0.0)
+    # contiguous, as the masked_fill form returned them (where's result takes the layout of a
+    # permuted mask, such as causal_mask(L).T); no copy when it already is
+    return torch.where(mask, weights, 0.0).contiguous()
 
 
 def _masked_softmax_inplace(

@@ -1,7 +1,9 @@
 """Shared hypothesis strategies and helpers for the unit tests of ``attention_src``.
 
-Strategies, plain helpers, a settings object and one hook, which orders the unit tests' files
-for the two workers (the nbval run over the notebooks does not collect this folder's conftest).
+Strategies, plain helpers, a settings object, two fixtures (``device``, and the browser
+tests' ``chromium_session`` from ``tests/browser.py``) and one hook, which orders the unit
+tests' files for the two workers. On import it picks Triton's interpreter where there is no GPU
+and gives torch one thread. The nbval run over the notebooks does not collect this conftest.
 
 Tensors are drawn as a shape plus a seed for a ``torch.Generator``: hypothesis then shrinks
 shapes and seeds, and drawing stays fast (no element-by-element lists).
@@ -57,8 +59,9 @@ def device(request) -> str:
 
 
 #: Test files that keep one worker busy for minutes (``test_wheel.py`` builds the wheel,
-#: installs it in a fresh environment and runs three chapters with it: about 160 s of the
-#: unit tests' 320 s). ``make unit`` hands out whole files in collection order
+#: installs it in a fresh environment and runs three chapters with it: 164 s of test time on
+#: 2026-11-28, when the whole unit run took 319 s of wall time on two workers without
+#: coverage). ``make unit`` hands out whole files in collection order
 #: (``--dist loadfile --no-loadscope-reorder``); sent last, as pytest-xdist's default order (the
 #: files with the most tests first) did, such a file ran alone while the other worker idled.
 LONG_FILES_FIRST = ("test_wheel.py",)

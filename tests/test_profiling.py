@@ -319,7 +319,8 @@ def _cost_in_a_fresh_process(body: str) -> profiling.CpuCost:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", _FRESH_CHILD.format(body=body)], env=env,
-                          cwd=root, capture_output=True, text=True, check=True)
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"the child failed:\n{done.stderr[-2000:]}"
     return profiling.CpuCost(**json.loads(done.stdout))
 
 

@@ -112,38 +112,55 @@ def test_masked_softmax_is_the_softmax_of_the_unmasked_scores(sm):
         torch.testing.assert_close(w_row, expected, atol=1e-12, rtol=1e-12)
 
 
+#: An integer dtype of each float dtype's width, to compare floats bit for bit (-0.0 with 0.0).
+_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+         torch.bfloat16: torch.int16}
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """NaN in the same places, and every other entry the same bit pattern (sign included)."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(
+        a.contiguous().view(_BITS[a.dtype])[~nan], b.contiguous().view(_BITS[b.dtype])[~nan])
+
+
 @PROPERTY
 @given(scores_and_mask(), st.sampled_from([torch.float64, torch.float32, torch.float16,
-                                           torch.bfloat16]), seeds)
-def test_masked_softmax_equals_its_masked_fill_form_bit_for_bit(sm, dtype, seed):
+                                           torch.bfloat16]), seeds,
+       st.sampled_from([-1, -2]), st.sampled_from(["contiguous", "scores", "mask"]))
+def test_masked_softmax_equals_its_masked_fill_form_bit_for_bit(sm, dtype, seed, dim, permuted):
     """A consistency check, not evidence of correctness (the other masked_softmax tests are):
     ``masked_softmax`` selects with ``torch.where``, which was chosen for speed, and must give
     exactly the weights and gradients of the form it replaced, two ``masked_fill`` calls
-    around ``torch.softmax``. Broadcast masks, every floating dtype, rows with a -inf or a
-    +inf score (NaN weights in both forms, except where masked) and, among the drawn masks,
-    fully masked rows."""
+    around ``torch.softmax``: the same bits (signs of zeros included) and the same contiguous
+    layout. Broadcast masks, every floating dtype, either of the last two dims, scores or a
+    mask stored transposed, rows with a -inf or a +inf score (NaN weights in both forms,
+    except where masked) and, among the drawn masks, fully masked rows."""
     scores, mask = sm
     scores = scores.to(dtype)
     scores.view(-1)[::3] = -math.inf  # some allowed and some masked scores overflowed
     scores.view(-1)[1::11] = math.inf  # and a few the other way: NaN weights, but not masked
+    if permuted == "scores":  # the same values, stored transposed
+        scores = scores.transpose(-1, -2).contiguous().transpose(-1, -2)
+    elif permuted == "mask":
+        mask = mask.transpose(-1, -2).contiguous().transpose(-1, -2)
     lowest = torch.finfo(dtype).min
     grad_out = randn(seed, *scores.shape).to(dtype)
     results = []
     for form in ("where", "masked_fill"):
         leaf = scores.clone().requires_grad_()
         if form == "where":
-            weights = masked_softmax(leaf, mask)
+            weights = masked_softmax(leaf, mask, dim=dim)
         else:
-            weights = torch.softmax(leaf.masked_fill(~mask, lowest), dim=-1).masked_fill(
+            weights = torch.softmax(leaf.masked_fill(~mask, lowest), dim=dim).masked_fill(
                 ~mask, 0.0)
         (grad,) = torch.autograd.grad(weights, leaf, grad_out)
         results.append((weights.detach(), grad))
     (w_where, g_where), (w_fill, g_fill) = results
     assert w_where.dtype == dtype and w_where.shape == scores.shape
-    assert torch.equal(w_where.isnan(), w_fill.isnan())
-    assert torch.equal(w_where.nan_to_num(), w_fill.nan_to_num())
-    assert torch.equal(g_where.nan_to_num(), g_fill.nan_to_num())
-    assert torch.equal(g_where.isnan(), g_fill.isnan())
+    assert w_where.stride() == w_fill.stride()
+    assert _same_bits(w_where, w_fill)
+    assert _same_bits(g_where, g_fill)
 
 
 def test_masked_softmax_without_mask_is_softmax():
