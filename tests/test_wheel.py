@@ -73,9 +73,12 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    """The environment without the repository on PYTHONPATH and without this venv's hints."""
+    """The environment without the repository on PYTHONPATH, without this venv's hints, and
+    with Python's default of caching compiled modules (a machine may set
+    PYTHONDONTWRITEBYTECODE; each chapter's kernel would then compile torch again)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "JUPYTER_PATH")}
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "JUPYTER_PATH",
+                        "PYTHONDONTWRITEBYTECODE")}
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
                 "JUPYTER_PLATFORM_DIRS": "1"})
@@ -166,8 +169,9 @@ def fresh_python(wheel, tmp_path_factory) -> Path:
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
     python = env_dir / "bin" / "python"
     find_links = ["--find-links", str(WHEELS)] if WHEELS.is_dir() else []
-    # --no-compile: torch's thousands of modules compile when imported instead (on a loaded
-    # 2-core machine the install took 185 s with byte-compiling, 57 s without)
+    # --no-compile: torch's thousands of modules compile when first imported instead, and are
+    # cached (the environment above writes byte-code, Python's default) for the next process
+    # (on a loaded 2-core machine the install took 185 s with byte-compiling, 57 s without)
     _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--prefer-binary",
           *find_links, "-c", str(ROOT / "constraints.txt"), str(wheel), "ipykernel", "nbclient"],
          env=_clean_env(), cwd=env_dir)
