@@ -60,6 +60,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -77,6 +78,7 @@ if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
 try:
     import triton
     import triton.language as tl
+    from triton.runtime import OutOfResources
 except ImportError as err:
     raise ImportError(
         "attention_src.flash_triton needs Triton, which is not installed: "
@@ -85,7 +87,7 @@ except ImportError as err:
 
 __all__ = ["flash_attention", "flash_attention_lse", "FlashConfig", "default_config",
            "INTERPRETED", "HEAD_DIMS", "DTYPES", "GPU_CONFIGS", "GPU_BACKWARD_CONFIGS",
-           "INTERPRETER_CONFIG", "GPU_FLOAT32_CONFIG"]
+           "INTERPRETER_CONFIG", "GPU_FLOAT32_CONFIG", "SMALLER_CONFIGS"]
 
 #: True when the kernels run in Triton's interpreter (CPU tensors), False when they are
 #: compiled for the GPU (CUDA tensors).
@@ -165,6 +167,19 @@ GPU_BACKWARD_CONFIGS = {
 #: 227 KiB); these moderate tiles, the tables' settings before the autotune, passed the
 #: native tests on the H200.
 GPU_FLOAT32_CONFIG = FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
+
+#: When a GPU cannot give a program the shared memory that a table's setting needs, Triton
+#: refuses the launch (``OutOfResources``), and :func:`flash_attention` retries it with the
+#: first of these that fits and uses no more tiles or stages. The tables were tuned on an
+#: H200, whose programs may use up to 227 KiB; an A100's may use 163 KiB, and many smaller
+#: GPUs' (a T4, GeForce cards) 64 to 99 KiB. Tiles of fewer than 64 queries get one stage, as
+#: for tiles a caller chooses (:func:`_checked_backward_tiles`).
+SMALLER_CONFIGS = (
+    FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2),
+    FlashConfig(block_m=64, block_n=32, num_warps=4, num_stages=1),
+    FlashConfig(block_m=32, block_n=32, num_warps=4, num_stages=1),
+    FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1),
+)
 
 #: Under the interpreter every program runs in turn on one CPU core, and NumPy's cost per
 #: operation dominates: small tiles keep the tests fast and still give several blocks.
@@ -790,17 +805,71 @@ def _backward(do, q, k, v, o, lse, causal, scale, config):
     return dq, dk, dv
 
 
+#: The setting that ran instead of each one the GPU refused, so that a refused launch is
+#: tried once: ``(device, pass, dtype, head-dimension tile, causal, refused) -> ran``.
+_FITTED: dict[tuple, FlashConfig] = {}
+
+
+def _smaller_configs(config: FlashConfig) -> list[FlashConfig]:
+    """The :data:`SMALLER_CONFIGS` with no larger tiles and no more stages than ``config``
+    (``config`` itself left out), running ``config``'s kernels."""
+    size = (config.block_m, config.block_n, config.num_stages)
+    return [c._replace(forward=config.forward, backward=config.backward)
+            for c in SMALLER_CONFIGS
+            if c.block_m <= config.block_m and c.block_n <= config.block_n
+            and c.num_stages <= config.num_stages
+            and (c.block_m, c.block_n, c.num_stages) != size]
+
+
+def _launch_fitting(launch, config: FlashConfig, key: tuple):
+    """``launch(config)``; when the GPU refuses it for want of shared memory (Triton raises
+    ``OutOfResources``), ``launch`` with each of :func:`_smaller_configs` in turn, warn which
+    one ran, and remember it under ``key`` for the next call. Re-raises the last refusal when
+    none fits."""
+    ran = _FITTED.get((*key, config))
+    if ran is not None:
+        return launch(ran)
+    try:
+        return launch(config)
+    except OutOfResources as error:
+        refused = error
+    for smaller in _smaller_configs(config):
+        try:
+            result = launch(smaller)
+        except OutOfResources as error:
+            refused = error
+            continue
+        _FITTED[(*key, config)] = smaller
+        warnings.warn(
+            f"flash_attention: this GPU cannot hold the {key[1]} kernels' tiles of "
+            f"{config.block_m} x {config.block_n} with {config.num_stages} stage(s) (tuned "
+            f"on an H200); they run with {smaller.block_m} x {smaller.block_n} and "
+            f"{smaller.num_stages} stage(s) instead", RuntimeWarning, stacklevel=2)
+        return result
+    raise refused
+
+
+def _fitting_key(direction: str, q: torch.Tensor, causal: bool) -> tuple:
+    """What a launch's shared memory depends on, besides its setting."""
+    return (str(q.device), direction, q.dtype, triton.next_power_of_2(q.shape[-1]), causal)
+
+
 class _FlashAttention(torch.autograd.Function):
     """The kernels as one differentiable operation on ``(BH, L, d)`` contiguous tensors of
     the kernels' dtype; saves ``q, k, v, o`` and the log-sum-exp ``(BH, L_q)``, nothing of
-    size ``L_q * L_k``. First-order gradients only."""
+    size ``L_q * L_k``. First-order gradients only. With ``fit`` (the tables' settings, not a
+    caller's tiles) a launch the GPU refuses runs with smaller tiles
+    (:func:`_launch_fitting`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config, backward_config):
-        o, lse = _forward(q, k, v, causal, scale, config)
+    def forward(ctx, q, k, v, causal, scale, config, backward_config, fit):
+        def launch(c):
+            return _forward(q, k, v, causal, scale, c)
+        o, lse = (_launch_fitting(launch, config, _fitting_key("forward", q, causal)) if fit
+                  else launch(config))
         ctx.mark_non_differentiable(lse)  # returned for the tests and the chapter only
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.settings = (causal, scale, backward_config)
+        ctx.settings = (causal, scale, backward_config, fit)
         return o, lse
 
     @staticmethod
@@ -810,9 +879,15 @@ class _FlashAttention(torch.autograd.Function):
                 "flash_attention supports first-order gradients only: its backward kernels "
                 "are not differentiable (create_graph=True is not supported)")
         q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, backward_config = ctx.settings
-        dq, dk, dv = _backward(do.contiguous(), q, k, v, o, lse, causal, scale, backward_config)
-        return dq, dk, dv, None, None, None, None
+        causal, scale, backward_config, fit = ctx.settings
+        do = do.contiguous()
+
+        def launch(c):
+            return _backward(do, q, k, v, o, lse, causal, scale, c)
+        dq, dk, dv = (_launch_fitting(launch, backward_config,
+                                      _fitting_key("backward", q, causal)) if fit
+                      else launch(backward_config))
+        return dq, dk, dv, None, None, None, None, None
 
 
 # ------------------------------------------------------------------------------- public
@@ -949,7 +1024,10 @@ def flash_attention_lse(
     q = query.reshape(B * h, L_q, d).to(dtype).contiguous()  # (BH, L_q, d)
     k = key.reshape(B * h, L_k, d).to(dtype).contiguous()  # (BH, L_k, d)
     v = value.reshape(B * h, L_k, d).to(dtype).contiguous()  # (BH, L_k, d)
-    o, lse = _FlashAttention.apply(q, k, v, causal, scale, config, backward_config)
+    # the tables' settings may be too large for a smaller GPU: then smaller tiles run; a
+    # caller's tiles run as given
+    fit = block_m is None and block_n is None
+    o, lse = _FlashAttention.apply(q, k, v, causal, scale, config, backward_config, fit)
     o = o.to(query.dtype).reshape(B, h, L_q, d)  # (BH, L_q, d) -> (B, h, L_q, d)
     lse = lse * math.log(2)  # (BH, L_q), base 2 -> natural log: l = l2 * ln 2
     return o, lse.reshape(B, h, L_q)  # (BH, L_q) -> (B, h, L_q)
@@ -980,7 +1058,9 @@ def flash_attention(
         scale: positive, the factor of the scores; ``None`` for ``1 / sqrt(d)``.
         block_m, block_n: queries and keys per tile (powers of two, at least 16), in the
             forward and the backward kernels; ``None`` for :func:`default_config`'s (16
-            under the interpreter; on a GPU, the forward and backward tables' entries).
+            under the interpreter; on a GPU, the forward and backward tables' entries, or,
+            on a GPU with too little shared memory for them, the first of
+            :data:`SMALLER_CONFIGS` that fits, with a ``RuntimeWarning``).
 
     Returns:
         ``(B, h, L_q, d)``, in the inputs' dtype; zeros when ``L_k = 0``.
@@ -992,6 +1072,8 @@ def flash_attention(
             sizes, ``d`` outside 16..128, inputs on different devices or on a device the
             kernels cannot run on, ``causal`` with ``L_q != L_k``, ``scale <= 0``, a block
             size that is not a power of two >= 16.
+        triton.runtime.OutOfResources: on a GPU without the shared memory for the tiles the
+            caller chose, or for the smallest of :data:`SMALLER_CONFIGS`.
     """
     return flash_attention_lse(query, key, value, causal, scale, block_m=block_m,
                                block_n=block_n)[0]

@@ -36,6 +36,7 @@ import math
 import os
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -541,7 +542,7 @@ def test_chosen_small_query_tiles_get_one_backward_stage_on_a_gpu(monkeypatch):
     float32, 64-query tiles and the tables' own settings are left alone."""
     seen = []
 
-    def apply(q, k, v, causal, scale, config, backward_config):
+    def apply(q, k, v, causal, scale, config, backward_config, fit):
         seen.append(backward_config)
         return torch.zeros_like(q), torch.zeros(q.shape[:2])
     monkeypatch.setattr(flash_triton._FlashAttention, "apply", apply)
@@ -556,3 +557,94 @@ def test_chosen_small_query_tiles_get_one_backward_stage_on_a_gpu(monkeypatch):
     assert [c.num_stages for c in seen] == [1, 1, 2, 2, 2]
     assert seen[0] == flash_triton.FlashConfig(32, 64, 4, 1, backward="split")
     assert seen[-1] == flash_triton.GPU_BACKWARD_CONFIGS[16]  # the table's, unchanged
+
+
+# ------------------------------------------- a GPU with less shared memory than the tables'
+
+
+def _gpu_with_little_shared_memory(monkeypatch, limit):
+    """Launches as on a GPU that refuses every setting whose ``block_m * block_n *
+    num_stages`` exceeds ``limit`` (Triton's ``OutOfResources``, as a compiled launch raises
+    it; the interpreter never does); the tables' setting for every head dimension is 64 x 64
+    with three stages. Returns the settings each pass was launched with, in order."""
+    from triton.runtime import OutOfResources
+
+    big = flash_triton.FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+    monkeypatch.setattr(flash_triton, "default_config", lambda d, backward=False, **_: big)
+    monkeypatch.setattr(flash_triton, "_FITTED", {})
+    launched = {"_forward": [], "_backward": []}
+    for name in launched:
+        real = getattr(flash_triton, name)
+
+        def refusing(*args, _real=real, _name=name):
+            config = args[-1]
+            launched[_name].append(config[:4])
+            size = config.block_m * config.block_n * config.num_stages
+            if size > limit:
+                raise OutOfResources(size * 256, limit * 256, "shared memory")
+            return _real(*args)
+        monkeypatch.setattr(flash_triton, name, refusing)
+    return launched
+
+
+def test_the_tables_tiles_too_large_for_the_gpu_fall_back_to_smaller_ones_once(monkeypatch,
+                                                                                device):
+    """Refused settings are tried in turn until one fits; the result is still attention (the
+    float64 reference); a warning names both settings; the next call launches the fitting
+    one directly, without a warning."""
+    launched = _gpu_with_little_shared_memory(monkeypatch, limit=32 * 32)
+    q, k, v, grad = inputs(8, 1, 2, 45, 45, 24, device=device)
+    with pytest.warns(RuntimeWarning, match=r"forward kernels' tiles of 64 x 64 with 3 "
+                      r"stage\(s\).*run with 32 x 32 and 1 stage"):
+        with pytest.warns(RuntimeWarning, match=r"backward kernels' tiles of 64 x 64"):
+            got = forward_backward(flash, q, k, v, grad, causal=True)
+    tried = [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 1), (32, 32, 4, 1)]
+    assert launched == {"_forward": tried, "_backward": tried}
+    for x, ref in zip(got, reference(q, k, v, grad, causal=True), strict=True):
+        torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        forward_backward(flash, q, k, v, grad, causal=True)
+    assert launched["_forward"][4:] == launched["_backward"][4:] == [(32, 32, 4, 1)]
+    # a launch of another kind (not causal) is tried on its own
+    with pytest.warns(RuntimeWarning):
+        flash(q, k, v, causal=False)
+    assert launched["_forward"][5:] == tried
+
+
+def test_tiles_the_caller_chose_are_not_replaced_and_a_gpu_too_small_for_all_is_named(
+        monkeypatch):
+    """A caller's tiles run as given, refused or not; when even 16 x 16 with one stage does
+    not fit, the last refusal is raised."""
+    from triton.runtime import OutOfResources
+
+    q, k, v, _ = inputs(9, 1, 1, 20, 20, 16)
+    launched = _gpu_with_little_shared_memory(monkeypatch, limit=32 * 32)
+    with pytest.raises(OutOfResources, match=r"shared memory, Required: 3145728"):
+        flash(q, k, v, block_m=64, block_n=64)
+    assert launched["_forward"] == [(64, 64, 4, 3)]
+    launched = _gpu_with_little_shared_memory(monkeypatch, limit=16 * 16 - 1)
+    with pytest.raises(OutOfResources, match=r"Required: 65536, Hardware limit: 65280"):
+        flash(q, k, v)
+    assert launched["_forward"][-1] == (16, 16, 4, 1)
+
+
+def test_the_smaller_settings_shrink_and_keep_the_kernels():
+    """Each fallback uses no larger tiles and no more stages than the one before; 32-query
+    tiles get one stage (two gave wrong gradients on an H200); the refused setting's kernels
+    are kept."""
+    configs = flash_triton.SMALLER_CONFIGS
+    for a, b in zip(configs[:-1], configs[1:], strict=True):
+        assert b.block_m <= a.block_m and b.block_n <= a.block_n
+        assert b.num_stages <= a.num_stages and b[:4] != a[:4]
+    assert all(c.num_stages == 1 for c in configs if c.block_m < 64)
+    split = flash_triton.FlashConfig(128, 64, 8, 3, forward="split", backward="split")
+    smaller = flash_triton._smaller_configs(split)
+    assert [c[:4] for c in smaller] == [c[:4] for c in configs]
+    assert {(c.forward, c.backward) for c in smaller} == {("split", "split")}
+    # a setting already among them is not retried, nor anything larger, nor more stages
+    assert [c[:4] for c in flash_triton._smaller_configs(configs[1])] == \
+        [c[:4] for c in configs[2:]]
+    one_stage = flash_triton.FlashConfig(64, 64, 4, 1)
+    assert [c[:4] for c in flash_triton._smaller_configs(one_stage)] == \
+        [c[:4] for c in configs[1:]]
