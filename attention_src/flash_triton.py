@@ -170,7 +170,7 @@ GPU_FLOAT32_CONFIG = FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages
 
 #: When a GPU cannot give a program the shared memory that a table's setting needs, Triton
 #: refuses the launch (``OutOfResources``), and :func:`flash_attention` retries it with the
-#: first of these that fits and uses no more tiles or stages. The tables were tuned on an
+#: first of these that fits, with no larger tiles and no more stages. The tables were tuned on an
 #: H200, whose programs may use up to 227 KiB; an A100's may use 163 KiB, and many smaller
 #: GPUs' (a T4, GeForce cards) 64 to 99 KiB. Tiles of fewer than 64 queries get one stage, as
 #: for tiles a caller chooses (:func:`_checked_backward_tiles`).
@@ -806,7 +806,7 @@ def _backward(do, q, k, v, o, lse, causal, scale, config):
 
 
 #: The setting that ran instead of each one the GPU refused, so that a refused launch is
-#: tried once: ``(device, pass, dtype, head-dimension tile, causal, refused) -> ran``.
+#: tried once: ``(device, pass, dtype, head dimension, causal, refused) -> ran``.
 _FITTED: dict[tuple, FlashConfig] = {}
 
 
@@ -822,36 +822,35 @@ def _smaller_configs(config: FlashConfig) -> list[FlashConfig]:
 
 
 def _launch_fitting(launch, config: FlashConfig, key: tuple):
-    """``launch(config)``; when the GPU refuses it for want of shared memory (Triton raises
-    ``OutOfResources``), ``launch`` with each of :func:`_smaller_configs` in turn, warn which
-    one ran, and remember it under ``key`` for the next call. Re-raises the last refusal when
-    none fits."""
-    ran = _FITTED.get((*key, config))
-    if ran is not None:
-        return launch(ran)
-    try:
-        return launch(config)
-    except OutOfResources as error:
-        refused = error
-    for smaller in _smaller_configs(config):
+    """``launch(config)``, or, when the GPU refuses it for want of shared memory (Triton
+    raises ``OutOfResources``), ``launch`` with each of :func:`_smaller_configs` in turn; the
+    one that ran is remembered under ``key`` and a warning names it. A remembered setting is
+    launched first the next time, and the smaller ones after it if the GPU refuses it too
+    (the compiled kernel also depends on the lengths). Re-raises the last refusal when none
+    fits."""
+    remembered = _FITTED.get((*key, config), config)
+    for candidate in (remembered, *_smaller_configs(remembered)):
         try:
-            result = launch(smaller)
+            result = launch(candidate)
         except OutOfResources as error:
             refused = error
             continue
-        _FITTED[(*key, config)] = smaller
-        warnings.warn(
-            f"flash_attention: this GPU cannot hold the {key[1]} kernels' tiles of "
-            f"{config.block_m} x {config.block_n} with {config.num_stages} stage(s) (tuned "
-            f"on an H200); they run with {smaller.block_m} x {smaller.block_n} and "
-            f"{smaller.num_stages} stage(s) instead", RuntimeWarning, stacklevel=2)
+        if candidate != remembered:
+            _FITTED[(*key, config)] = candidate
+            warnings.warn(
+                f"flash_attention: this GPU cannot hold the {key[1]} kernels' tiles of "
+                f"{config.block_m} x {config.block_n} with {config.num_stages} stage(s) "
+                f"(tuned on an H200); they run with {candidate.block_m} x "
+                f"{candidate.block_n} and {candidate.num_stages} stage(s) instead",
+                RuntimeWarning, stacklevel=2)
         return result
     raise refused
 
 
 def _fitting_key(direction: str, q: torch.Tensor, causal: bool) -> tuple:
-    """What a launch's shared memory depends on, besides its setting."""
-    return (str(q.device), direction, q.dtype, triton.next_power_of_2(q.shape[-1]), causal)
+    """What a launch's shared memory depends on, besides its setting (the lengths too, a
+    little: see :func:`_launch_fitting`)."""
+    return (str(q.device), direction, q.dtype, q.shape[-1], causal)
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -986,6 +985,7 @@ def flash_attention_lse(
     *,
     block_m: int | None = None,
     block_n: int | None = None,
+    fit: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`flash_attention`, and the log-sum-exp the forward kernel saves.
 
@@ -1026,7 +1026,7 @@ def flash_attention_lse(
     v = value.reshape(B * h, L_k, d).to(dtype).contiguous()  # (BH, L_k, d)
     # the tables' settings may be too large for a smaller GPU: then smaller tiles run; a
     # caller's tiles run as given
-    fit = block_m is None and block_n is None
+    fit = fit and block_m is None and block_n is None
     o, lse = _FlashAttention.apply(q, k, v, causal, scale, config, backward_config, fit)
     o = o.to(query.dtype).reshape(B, h, L_q, d)  # (BH, L_q, d) -> (B, h, L_q, d)
     lse = lse * math.log(2)  # (BH, L_q), base 2 -> natural log: l = l2 * ln 2
@@ -1042,6 +1042,7 @@ def flash_attention(
     *,
     block_m: int | None = None,
     block_n: int | None = None,
+    fit: bool = True,
 ) -> torch.Tensor:
     """``softmax(query key^T * scale) value``, computed by the Triton kernels of this module.
 
@@ -1061,6 +1062,9 @@ def flash_attention(
             under the interpreter; on a GPU, the forward and backward tables' entries, or,
             on a GPU with too little shared memory for them, the first of
             :data:`SMALLER_CONFIGS` that fits, with a ``RuntimeWarning``).
+        fit: ``False`` runs the tables' settings as they are, refused or not (a benchmark
+            times the setting it names); tiles given by ``block_m`` or ``block_n`` always
+            run as given.
 
     Returns:
         ``(B, h, L_q, d)``, in the inputs' dtype; zeros when ``L_k = 0``.
@@ -1073,7 +1077,8 @@ def flash_attention(
             kernels cannot run on, ``causal`` with ``L_q != L_k``, ``scale <= 0``, a block
             size that is not a power of two >= 16.
         triton.runtime.OutOfResources: on a GPU without the shared memory for the tiles the
-            caller chose, or for the smallest of :data:`SMALLER_CONFIGS`.
+            caller chose (or the tables' with ``fit=False``), or for the smallest of
+            :data:`SMALLER_CONFIGS`.
     """
     return flash_attention_lse(query, key, value, causal, scale, block_m=block_m,
-                               block_n=block_n)[0]
+                               block_n=block_n, fit=fit)[0]

@@ -82,6 +82,19 @@ def test_the_triton_method_on_the_cpu_interpreter():
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_the_triton_method_times_the_setting_it_names(monkeypatch):
+    """``fit=False``: on a GPU that refuses a setting the row fails, instead of timing the
+    smaller tiles that flash_attention would run for a reader under that setting's name."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("Triton is not installed")
+    from attention_src import flash_triton
+
+    seen = []
+    monkeypatch.setattr(flash_triton, "flash_attention", lambda *args, **kw: seen.append(kw))
+    bench_gpu.make_method("triton", False, 0.5)("q", "k", "v")
+    assert seen == [{"causal": False, "scale": 0.5, "fit": False}]
+
+
 def test_masked_rows_on_the_cpu_zeros_and_refusals():
     # on a CPU the math and flash backends run, efficient and cuDNN refuse: a refusal is a
     # row with its reason, not a crash

@@ -564,9 +564,10 @@ def test_chosen_small_query_tiles_get_one_backward_stage_on_a_gpu(monkeypatch):
 
 def _gpu_with_little_shared_memory(monkeypatch, limit):
     """Launches as on a GPU that refuses every setting whose ``block_m * block_n *
-    num_stages`` exceeds ``limit`` (Triton's ``OutOfResources``, as a compiled launch raises
-    it; the interpreter never does); the tables' setting for every head dimension is 64 x 64
-    with three stages. Returns the settings each pass was launched with, in order."""
+    num_stages`` exceeds ``limit[pass]`` (Triton's ``OutOfResources``, as a compiled launch
+    raises it; the interpreter never does); ``limit`` may be changed between calls. The
+    tables' setting for every head dimension is 64 x 64 with three stages. Returns the
+    settings each pass was launched with, in order."""
     from triton.runtime import OutOfResources
 
     big = flash_triton.FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
@@ -580,59 +581,102 @@ def _gpu_with_little_shared_memory(monkeypatch, limit):
             config = args[-1]
             launched[_name].append(config[:4])
             size = config.block_m * config.block_n * config.num_stages
-            if size > limit:
-                raise OutOfResources(size * 256, limit * 256, "shared memory")
+            if size > limit[_name]:
+                raise OutOfResources(size * 256, limit[_name] * 256, "shared memory")
             return _real(*args)
         monkeypatch.setattr(flash_triton, name, refusing)
     return launched
+
+
+#: What the fallback tries from the tables' 64 x 64 x 3 down to 32 x 32 with one stage.
+TRIED = [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 1), (32, 32, 4, 1)]
 
 
 def test_the_tables_tiles_too_large_for_the_gpu_fall_back_to_smaller_ones_once(monkeypatch,
                                                                                 device):
     """Refused settings are tried in turn until one fits; the result is still attention (the
     float64 reference); a warning names both settings; the next call launches the fitting
-    one directly, without a warning."""
-    launched = _gpu_with_little_shared_memory(monkeypatch, limit=32 * 32)
+    one directly, without a warning; another head dimension, dtype or mask starts again from
+    the table's setting."""
+    limit = {"_forward": 32 * 32, "_backward": 32 * 32}
+    launched = _gpu_with_little_shared_memory(monkeypatch, limit)
     q, k, v, grad = inputs(8, 1, 2, 45, 45, 24, device=device)
     with pytest.warns(RuntimeWarning, match=r"forward kernels' tiles of 64 x 64 with 3 "
                       r"stage\(s\).*run with 32 x 32 and 1 stage"):
         with pytest.warns(RuntimeWarning, match=r"backward kernels' tiles of 64 x 64"):
             got = forward_backward(flash, q, k, v, grad, causal=True)
-    tried = [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 1), (32, 32, 4, 1)]
-    assert launched == {"_forward": tried, "_backward": tried}
+    assert launched == {"_forward": TRIED, "_backward": TRIED}
     for x, ref in zip(got, reference(q, k, v, grad, causal=True), strict=True):
         torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning
         forward_backward(flash, q, k, v, grad, causal=True)
     assert launched["_forward"][4:] == launched["_backward"][4:] == [(32, 32, 4, 1)]
-    # a launch of another kind (not causal) is tried on its own
-    with pytest.warns(RuntimeWarning):
-        flash(q, k, v, causal=False)
-    assert launched["_forward"][5:] == tried
+    for kind in ({"causal": False}, {"d": 32}, {"dtype": torch.float16}):
+        before = len(launched["_forward"])
+        qq, kk, vv, _ = inputs(8, 1, 2, 45, 45, kind.get("d", 24),
+                               dtype=kind.get("dtype", torch.float32), device=device)
+        with pytest.warns(RuntimeWarning):
+            flash(qq, kk, vv, causal=kind.get("causal", True))
+        assert launched["_forward"][before:] == TRIED, kind
 
 
-def test_tiles_the_caller_chose_are_not_replaced_and_a_gpu_too_small_for_all_is_named(
-        monkeypatch):
-    """A caller's tiles run as given, refused or not; when even 16 x 16 with one stage does
-    not fit, the last refusal is raised."""
+def test_a_remembered_setting_the_gpu_refuses_later_falls_back_further(monkeypatch):
+    """The kernel compiled for a call depends on more than the remembered key (the lengths):
+    a remembered setting that is refused is followed by the smaller ones, not an error."""
+    limit = {"_forward": 64 * 64 * 2, "_backward": 64 * 64 * 2}
+    launched = _gpu_with_little_shared_memory(monkeypatch, limit)
+    q, k, v, _ = inputs(10, 1, 1, 20, 20, 16)
+    with pytest.warns(RuntimeWarning, match=r"run with 64 x 64 and 2 stage"):
+        flash(q, k, v)
+    limit["_forward"] = 32 * 32
+    with pytest.warns(RuntimeWarning, match=r"run with 32 x 32 and 1 stage"):
+        got = flash(q, k, v)
+    assert launched["_forward"] == [*TRIED[:2], *TRIED[1:]]
+    torch.testing.assert_close(got.double(), sdpa(q.double(), k.double(), v.double()),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_tiles_the_caller_chose_or_fit_false_run_as_given(monkeypatch):
+    """A caller's tiles (both, or one of them) run as given in both passes, refused or not,
+    and so do the tables' with ``fit=False``; when even 16 x 16 with one stage does not fit,
+    the last refusal is raised; an error other than a refusal is not retried."""
     from triton.runtime import OutOfResources
 
-    q, k, v, _ = inputs(9, 1, 1, 20, 20, 16)
-    launched = _gpu_with_little_shared_memory(monkeypatch, limit=32 * 32)
-    with pytest.raises(OutOfResources, match=r"shared memory, Required: 3145728"):
-        flash(q, k, v, block_m=64, block_n=64)
-    assert launched["_forward"] == [(64, 64, 4, 3)]
-    launched = _gpu_with_little_shared_memory(monkeypatch, limit=16 * 16 - 1)
+    q, k, v, grad = inputs(9, 1, 1, 20, 20, 16)
+    limit = {"_forward": 32 * 32, "_backward": 32 * 32}
+    launched = _gpu_with_little_shared_memory(monkeypatch, limit)
+    for blocks in ({"block_m": 64, "block_n": 64}, {"block_m": 64}, {"block_n": 64},
+                   {"fit": False}):
+        before = len(launched["_forward"])
+        with pytest.raises(OutOfResources, match=r"shared memory, Required: 3145728"):
+            flash(q, k, v, **blocks)
+        assert launched["_forward"][before:] == [(64, 64, 4, 3)], blocks
+    # the forward fits and the backward is refused: the backward keeps the caller's tiles
+    limit["_forward"] = 64 * 64 * 3
+    with pytest.raises(OutOfResources):
+        forward_backward(flash, q, k, v, grad, block_m=64, block_n=64)
+    assert launched["_backward"] == [(64, 64, 4, 3)]
+    limit["_forward"] = 16 * 16 - 1
     with pytest.raises(OutOfResources, match=r"Required: 65536, Hardware limit: 65280"):
         flash(q, k, v)
     assert launched["_forward"][-1] == (16, 16, 4, 1)
+    # any other error: raised at once
+    calls = []
+
+    def broken(*args):
+        calls.append(args[-1])
+        raise RuntimeError("an unrelated failure")
+    monkeypatch.setattr(flash_triton, "_forward", broken)
+    with pytest.raises(RuntimeError, match="an unrelated failure"):
+        flash(q, k, v)
+    assert len(calls) == 1
 
 
 def test_the_smaller_settings_shrink_and_keep_the_kernels():
-    """Each fallback uses no larger tiles and no more stages than the one before; 32-query
-    tiles get one stage (two gave wrong gradients on an H200); the refused setting's kernels
-    are kept."""
+    """Each fallback uses no larger tiles and no more stages than the one before; tiles of
+    fewer than 64 queries get one stage (32-query tiles with two gave wrong gradients on an
+    H200); the refused setting's kernels are kept."""
     configs = flash_triton.SMALLER_CONFIGS
     for a, b in zip(configs[:-1], configs[1:], strict=True):
         assert b.block_m <= a.block_m and b.block_n <= a.block_n
@@ -642,9 +686,12 @@ def test_the_smaller_settings_shrink_and_keep_the_kernels():
     smaller = flash_triton._smaller_configs(split)
     assert [c[:4] for c in smaller] == [c[:4] for c in configs]
     assert {(c.forward, c.backward) for c in smaller} == {("split", "split")}
-    # a setting already among them is not retried, nor anything larger, nor more stages
+    # a setting already among them is not retried, nor larger tiles, nor more stages
     assert [c[:4] for c in flash_triton._smaller_configs(configs[1])] == \
         [c[:4] for c in configs[2:]]
     one_stage = flash_triton.FlashConfig(64, 64, 4, 1)
     assert [c[:4] for c in flash_triton._smaller_configs(one_stage)] == \
+        [c[:4] for c in configs[1:]]
+    narrow = flash_triton.FlashConfig(128, 32, 4, 3)
+    assert [c[:4] for c in flash_triton._smaller_configs(narrow)] == \
         [c[:4] for c in configs[1:]]
