@@ -654,7 +654,7 @@ def test_tiles_the_caller_chose_or_fit_false_run_as_given(monkeypatch):
         assert launched["_forward"][before:] == [(64, 64, 4, 3)], blocks
     # the forward fits and the backward is refused: the backward keeps the caller's tiles
     limit["_forward"] = 64 * 64 * 3
-    with pytest.raises(OutOfResources):
+    with pytest.raises(OutOfResources, match=r"shared memory, Required: 3145728"):
         forward_backward(flash, q, k, v, grad, block_m=64, block_n=64)
     assert launched["_backward"] == [(64, 64, 4, 3)]
     limit["_forward"] = 16 * 16 - 1
