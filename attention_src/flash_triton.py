@@ -842,9 +842,26 @@ def _launch_fitting(launch, config: FlashConfig, key: tuple):
                 f"{config.block_m} x {config.block_n} with {config.num_stages} stage(s) "
                 f"(tuned on an H200); they run with {candidate.block_m} x "
                 f"{candidate.block_n} and {candidate.num_stages} stage(s) instead",
-                RuntimeWarning, stacklevel=2)
+                RuntimeWarning, stacklevel=_caller_stacklevel())
         return result
     raise refused
+
+
+#: Frames a warning skips on its way to the caller's line: this module and torch's
+#: ``autograd.Function.apply``.
+_SKIPPED_FILES = (os.path.abspath(__file__), os.path.dirname(torch.__file__) + os.sep)
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` at which a warning issued by this function's caller names the first
+    frame outside this module and torch: the reader's call of :func:`flash_attention`. In a
+    backward pass that the autograd engine runs there may be none; then the caller's caller."""
+    frame, level = sys._getframe(1), 1  # level 1: the function that calls warnings.warn
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_SKIPPED_FILES):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
 
 
 def _fitting_key(direction: str, q: torch.Tensor, causal: bool) -> tuple:
@@ -999,6 +1016,8 @@ def flash_attention_lse(
         _check_block("block_m", block_m)
     if block_n is not None:
         _check_block("block_n", block_n)
+    if not isinstance(fit, bool):
+        raise TypeError(f"fit must be a bool, got {type(fit).__name__} {fit!r}")
     # the forward and backward kernels' settings; given tile sizes replace both tables'
     config, backward_config = (
         c._replace(block_m=c.block_m if block_m is None else block_m,
@@ -1071,7 +1090,8 @@ def flash_attention(
 
     Raises:
         TypeError: a non-tensor, an integer tensor, mismatched dtypes, a dtype other than
-            float16/bfloat16/float32, a non-bool ``causal``, a non-number ``scale``.
+            float16/bfloat16/float32, a non-bool ``causal`` or ``fit``, a non-number
+            ``scale``.
         ValueError: a rank other than 4, mismatched batch, head, length or head-dimension
             sizes, ``d`` outside 16..128, inputs on different devices or on a device the
             kernels cannot run on, ``causal`` with ``L_q != L_k``, ``scale <= 0``, a block

@@ -267,6 +267,7 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
         (_qkv((1, 2, 8, 16), (1, 2, 9, 16)), {"causal": True}, ValueError,
          r"causal=True needs L_q == L_k, got L_q = 8, L_k = 9"),
         (_qkv(), {"causal": 1}, TypeError, "causal must be a bool"),
+        (_qkv(), {"fit": "no"}, TypeError, "fit must be a bool, got str 'no'"),
         (_qkv(), {"scale": 0.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": -1.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": math.nan}, ValueError, "scale must be a positive finite number"),
@@ -282,7 +283,7 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
         ([[0.0] * 16, *_qkv()[1:]], {}, TypeError, "query must be a torch.Tensor"),
     ],
     ids=["rank-3", "rank-5", "d-8", "d-136", "float64", "int64", "dtypes", "devices", "heads",
-         "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "scale-0",
+         "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "fit-str", "scale-0",
          "scale-neg", "scale-nan", "scale-inf", "scale-str", "scale-bool", "scale-numpy-float32",
          "block-m-24",
          "block-n-8", "block-m-float", "list"],
@@ -602,10 +603,13 @@ def test_the_tables_tiles_too_large_for_the_gpu_fall_back_to_smaller_ones_once(m
     launched = _gpu_with_little_shared_memory(monkeypatch, limit)
     q, k, v, grad = inputs(8, 1, 2, 45, 45, 24, device=device)
     with pytest.warns(RuntimeWarning, match=r"forward kernels' tiles of 64 x 64 with 3 "
-                      r"stage\(s\).*run with 32 x 32 and 1 stage"):
-        with pytest.warns(RuntimeWarning, match=r"backward kernels' tiles of 64 x 64"):
+                      r"stage\(s\).*run with 32 x 32 and 1 stage") as forward_warning:
+        with pytest.warns(RuntimeWarning, match=r"backward kernels' tiles of 64 x 64") as \
+                backward_warning:
             got = forward_backward(flash, q, k, v, grad, causal=True)
     assert launched == {"_forward": TRIED, "_backward": TRIED}
+    # each warning names the caller's line (here, in this file), not the module's
+    assert {w.filename for w in (*forward_warning, *backward_warning)} == {__file__}
     for x, ref in zip(got, reference(q, k, v, grad, causal=True), strict=True):
         torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
     with warnings.catch_warnings():
