@@ -922,9 +922,10 @@ def _checked_backward_tiles(config: FlashConfig, dtype: torch.dtype) -> FlashCon
     """``config`` for tiles the caller chose, which no autotune has checked: compiled for a
     GPU with half-precision inputs, tiles of fewer than 64 queries get one pipeline stage.
 
-    On an NVIDIA H200 (Triton 3.6), in float16, 7 of the 48 backward settings with 32-query
-    tiles and two stages computed wrong gradients (relative error up to 0.28) and 6 more
-    inflated ones, while all 48 such settings with one stage were right (chapter 12; the
+    On an NVIDIA H200 (Triton 3.6), in float16, 7 of the 48 backward runs with 32-query
+    tiles and two stages (12 settings, each for head dimensions 64 and 128, causal and not)
+    computed wrong gradients (relative error up to 0.28) and 6 more inflated ones, while all
+    48 such runs with one stage were right (chapter 12; the
     saved autotune ``ch12_gpu_autotune.csv``). A Triton bug on Hopper GPUs with ``tl.trans``
     of a ``tl.dot`` result, fixed in Triton 3.7.1, may be the cause. The tables' own
     settings were checked, so only the caller's tiles pass through here."""
