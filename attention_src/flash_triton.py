@@ -994,22 +994,11 @@ def _check_inputs(query, key, value, causal, scale) -> float:
     return float(scale)
 
 
-def flash_attention_lse(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    causal: bool = False,
-    scale: float | None = None,
-    *,
-    block_m: int | None = None,
-    block_n: int | None = None,
-    fit: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`flash_attention`, and the log-sum-exp the forward kernel saves.
-
-    Same arguments. Returns ``output (B, h, L_q, d)`` (differentiable) and ``lse (B, h,
-    L_q)``, float32, not differentiable: ``l_i = log sum_j exp(scale * q_i . k_j)`` over the
-    keys query ``i`` sees, in natural-log units (``-inf`` when there is no key)."""
+def _flash_attention_base2(query, key, value, causal, scale, block_m, block_n, fit):
+    """:func:`flash_attention_lse`'s work, with the log-sum-exp left in base 2, as the kernels
+    save it (``l2 = l * log2(e)``): ``output (B, h, L_q, d)`` and ``l2 (B, h, L_q)``.
+    :func:`flash_attention`, which returns the output only, skips the conversion (on a GPU,
+    one launch fewer per call)."""
     scale = _check_inputs(query, key, value, causal, scale)
     B, h, L_q, d = query.shape
     L_k = key.shape[2]
@@ -1037,8 +1026,8 @@ def flash_attention_lse(
     if L_q == 0 or L_k == 0 or B * h == 0:  # no query or no key: the book's zero output,
         # connected to the inputs so that a backward pass gives them zero gradients
         zeros = query.new_zeros(B, h, L_q, d) + 0 * (query.sum() + key.sum() + value.sum())
-        lse = torch.full((B, h, L_q), -math.inf, device=query.device)  # log of an empty sum
-        return zeros, lse
+        lse2 = torch.full((B, h, L_q), -math.inf, device=query.device)  # log of an empty sum
+        return zeros, lse2
     dtype = _kernel_dtype(query.dtype)
     # (B, h, L, d) -> (B * h, L, d), contiguous, in the kernels' dtype
     q = query.reshape(B * h, L_q, d).to(dtype).contiguous()  # (BH, L_q, d)
@@ -1047,10 +1036,29 @@ def flash_attention_lse(
     # the tables' settings may be too large for a smaller GPU: then smaller tiles run; a
     # caller's tiles run as given
     fit = fit and block_m is None and block_n is None
-    o, lse = _FlashAttention.apply(q, k, v, causal, scale, config, backward_config, fit)
+    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, config, backward_config, fit)
     o = o.to(query.dtype).reshape(B, h, L_q, d)  # (BH, L_q, d) -> (B, h, L_q, d)
-    lse = lse * math.log(2)  # (BH, L_q), base 2 -> natural log: l = l2 * ln 2
-    return o, lse.reshape(B, h, L_q)  # (BH, L_q) -> (B, h, L_q)
+    return o, lse2.reshape(B, h, L_q)  # (BH, L_q) -> (B, h, L_q)
+
+
+def flash_attention_lse(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    fit: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`flash_attention`, and the log-sum-exp the forward kernel saves.
+
+    Same arguments. Returns ``output (B, h, L_q, d)`` (differentiable) and ``lse (B, h,
+    L_q)``, float32, not differentiable: ``l_i = log sum_j exp(scale * q_i . k_j)`` over the
+    keys query ``i`` sees, in natural-log units (``-inf`` when there is no key)."""
+    o, lse2 = _flash_attention_base2(query, key, value, causal, scale, block_m, block_n, fit)
+    return o, lse2 * math.log(2)  # base 2 -> natural log: l = l2 * ln 2
 
 
 def flash_attention(
@@ -1101,5 +1109,4 @@ def flash_attention(
             caller chose (or the tables' with ``fit=False``), or for the smallest of
             :data:`SMALLER_CONFIGS`.
     """
-    return flash_attention_lse(query, key, value, causal, scale, block_m=block_m,
-                               block_n=block_n, fit=fit)[0]
+    return _flash_attention_base2(query, key, value, causal, scale, block_m, block_n, fit)[0]
