@@ -924,7 +924,7 @@ def _checked_backward_tiles(config: FlashConfig, dtype: torch.dtype) -> FlashCon
 
     On an NVIDIA H200 (Triton 3.6), in float16, 7 of the 48 backward runs with 32-query
     tiles and two stages (12 settings, each for head dimensions 64 and 128, causal and not)
-    computed wrong gradients (relative error up to 0.28) and 6 more inflated ones, while all
+    computed wrong gradients (relative error up to 0.285) and 6 more inflated ones, while all
     48 such runs with one stage were right (chapter 12; the
     saved autotune ``ch12_gpu_autotune.csv``). A Triton bug on Hopper GPUs with ``tl.trans``
     of a ``tl.dot`` result, fixed in Triton 3.7.1, may be the cause. The tables' own
