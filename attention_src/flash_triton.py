@@ -847,18 +847,23 @@ def _launch_fitting(launch, config: FlashConfig, key: tuple):
     raise refused
 
 
-#: Frames a warning skips on its way to the caller's line: this module and torch's
-#: ``autograd.Function.apply``.
-_SKIPPED_FILES = (os.path.abspath(__file__), os.path.dirname(torch.__file__) + os.sep)
+def _inside(frame) -> bool:
+    """Is ``frame`` in this module or in torch (``autograd.Function.apply``, the autograd
+    engine's Python side, ``Tensor.backward``)? By module name, not by file path, which a
+    ``sys.path`` entry such as ``..`` leaves unnormalised."""
+    module = frame.f_globals.get("__name__", "")
+    return module == __name__ or module == "torch" or module.startswith("torch.")
 
 
 def _caller_stacklevel() -> int:
     """The ``stacklevel`` at which a warning issued by this function's caller names the first
-    frame outside this module and torch: the reader's call of :func:`flash_attention`. In a
-    backward pass that the autograd engine runs there may be none; then the caller's caller."""
+    frame outside this module and torch: the reader's call of :func:`flash_attention`, or of
+    ``backward`` where the backward pass runs on the calling thread. On a GPU the autograd
+    engine runs it on a thread of its own, whose stack holds no such frame: then the warning
+    names the caller's caller, a line of this module."""
     frame, level = sys._getframe(1), 1  # level 1: the function that calls warnings.warn
     while frame is not None:
-        if not frame.f_code.co_filename.startswith(_SKIPPED_FILES):
+        if not _inside(frame):
             return level
         frame, level = frame.f_back, level + 1
     return 2
@@ -911,7 +916,7 @@ class _FlashAttention(torch.autograd.Function):
 
 def _check_block(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < 16 or value & (value - 1):
         raise ValueError(f"{name} must be a power of two >= 16 (a tile tl.dot multiplies), "
                          f"got {value}")
@@ -974,7 +979,7 @@ def _check_inputs(query, key, value, causal, scale) -> float:
         raise ValueError(f"flash_attention supports head dimensions {HEAD_DIMS[0]} to "
                          f"{HEAD_DIMS[1]}, got d = {d} (shape {shapes['query']})")
     if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
     if causal and query.shape[2] != key.shape[2]:
         raise ValueError(
             f"causal=True needs L_q == L_k, got L_q = {query.shape[2]}, L_k = {key.shape[2]}: "

@@ -30,11 +30,14 @@ about 20 s on one CPU core.
 
 from __future__ import annotations
 
+import _thread
 import ast
 import importlib.util
+import inspect
 import math
 import os
 import sys
+import time
 import types
 import warnings
 from pathlib import Path
@@ -96,6 +99,17 @@ def sdpa(q, k, v, causal=False, scale=None):
 
 def flash(q, k, v, causal=False, scale=None, **blocks):
     return flash_attention(q, k, v, causal, scale, **blocks)
+
+
+def _line_of(function, text: str) -> int:
+    """The line number of the first line of ``function`` that contains ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+#: Where the fallback's warnings should point: the lines that call into flash_triton.
+FLASH_CALL_LINE = _line_of(flash, "return flash_attention(")
+BACKWARD_CALL_LINE = _line_of(forward_backward, "out.backward(")
 
 
 def reference(q, k, v, grad, causal=False, scale=None):
@@ -266,8 +280,9 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
         (_qkv(shape_v=(1, 2, 8, 32)), {}, ValueError, "same head dimension d"),
         (_qkv((1, 2, 8, 16), (1, 2, 9, 16)), {"causal": True}, ValueError,
          r"causal=True needs L_q == L_k, got L_q = 8, L_k = 9"),
-        (_qkv(), {"causal": 1}, TypeError, "causal must be a bool"),
+        (_qkv(), {"causal": 1}, TypeError, "causal must be a bool, got int 1"),
         (_qkv(), {"fit": "no"}, TypeError, "fit must be a bool, got str 'no'"),
+        (_qkv(), {"fit": 1}, TypeError, "fit must be a bool, got int 1"),
         (_qkv(), {"scale": 0.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": -1.0}, ValueError, "scale must be a positive finite number"),
         (_qkv(), {"scale": math.nan}, ValueError, "scale must be a positive finite number"),
@@ -279,11 +294,12 @@ def _qkv(shape_q=(1, 2, 8, 16), shape_k=(1, 2, 8, 16), shape_v=None, dtype=torch
          r"got numpy.float32 .*; convert it with float\(scale\)"),
         (_qkv(), {"block_m": 24}, ValueError, "block_m must be a power of two >= 16"),
         (_qkv(), {"block_n": 8}, ValueError, "block_n must be a power of two >= 16"),
-        (_qkv(), {"block_m": 16.0}, TypeError, "block_m must be an int"),
+        (_qkv(), {"block_m": 16.0}, TypeError, "block_m must be an int, got float 16.0"),
         ([[0.0] * 16, *_qkv()[1:]], {}, TypeError, "query must be a torch.Tensor"),
     ],
     ids=["rank-3", "rank-5", "d-8", "d-136", "float64", "int64", "dtypes", "devices", "heads",
-         "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "fit-str", "scale-0",
+         "batch", "value-length", "value-dim", "causal-lengths", "causal-int", "fit-str",
+         "fit-int", "scale-0",
          "scale-neg", "scale-nan", "scale-inf", "scale-str", "scale-bool", "scale-numpy-float32",
          "block-m-24",
          "block-n-8", "block-m-float", "list"],
@@ -608,8 +624,14 @@ def test_the_tables_tiles_too_large_for_the_gpu_fall_back_to_smaller_ones_once(m
                 backward_warning:
             got = forward_backward(flash, q, k, v, grad, causal=True)
     assert launched == {"_forward": TRIED, "_backward": TRIED}
-    # each warning names the caller's line (here, in this file), not the module's
-    assert {w.filename for w in (*forward_warning, *backward_warning)} == {__file__}
+    # the inner block records both warnings (and passes the forward one on to the outer)
+    where = {str(w.message).split(" kernels'")[0].split()[-1]: (w.filename, w.lineno)
+             for w in backward_warning}  # "forward" or "backward": (file, line)
+    assert [(w.filename, w.lineno) for w in forward_warning] == [where["forward"]]
+    # the forward warning names the caller's line: flash's call of flash_attention
+    assert where["forward"] == (__file__, FLASH_CALL_LINE)
+    if device == "cpu":  # the backward runs on this thread: the line of out.backward(...)
+        assert where["backward"] == (__file__, BACKWARD_CALL_LINE)
     for x, ref in zip(got, reference(q, k, v, grad, causal=True), strict=True):
         torch.testing.assert_close(x.cpu().double(), ref, rtol=1e-5, atol=1e-5)
     with warnings.catch_warnings():
@@ -623,6 +645,27 @@ def test_the_tables_tiles_too_large_for_the_gpu_fall_back_to_smaller_ones_once(m
         with pytest.warns(RuntimeWarning):
             flash(qq, kk, vv, causal=kind.get("causal", True))
         assert launched["_forward"][before:] == TRIED, kind
+
+
+def test_a_backward_on_a_thread_of_its_own_warns_at_this_modules_line(monkeypatch):
+    """On a GPU the autograd engine runs the backward pass on a thread of its own, whose
+    stack holds only torch and flash_triton: the warning then names flash_triton's line
+    (the caller's caller of the warning), not a line of torch. Reproduced on the CPU with a
+    bare thread that starts in torch's ``Tensor.backward``."""
+    limit = {"_forward": 64 * 64 * 3, "_backward": 32 * 32}  # the forward fits
+    _gpu_with_little_shared_memory(monkeypatch, limit)
+    q, k, v, grad = inputs(11, 1, 1, 20, 20, 16)
+    q.requires_grad_()
+    out = flash(q, k, v)
+    with pytest.warns(RuntimeWarning, match="backward kernels' tiles") as record:
+        _thread.start_new_thread(torch.Tensor.backward, (out, grad))  # no Python caller
+        deadline = time.monotonic() + 120
+        while q.grad is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert q.grad is not None, "the backward pass on its own thread did not finish"
+    assert [os.path.basename(w.filename) for w in record] == ["flash_triton.py"]
+    assert record[0].lineno == _line_of(flash_triton._FlashAttention.backward,
+                                        "_launch_fitting(")
 
 
 def test_a_remembered_setting_the_gpu_refuses_later_falls_back_further(monkeypatch):

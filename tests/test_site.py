@@ -87,9 +87,10 @@ def _check_self_contained_and_typeset(page, rel, errors, requested, blocked):
     assert not blocked, f"{rel} tried to reach the network: {blocked}"
     assert not errors, f"{rel}: console errors: {errors}"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    # JPEG at quality 85: the text stays sharp to read. The first screen takes under 0.1 s to
-    # capture; a whole page of 24 screens about 2 s (3.3 s as PNG), about 70 s of the browser
-    # workers' time for every page, so it is kept on request only
+    # JPEG at quality 85: the text stays sharp to read. The first screen takes about 0.1 s to
+    # capture; a whole page of 24 to 30 screens about 2 to 3 s (3.3 s as PNG), some 70 s of
+    # the browser workers' time over all the pages, so the whole page is kept on request
+    # only. The dark-text check below looks at what was captured: the first screen
     shot = SCREENSHOTS / f"{rel.parent.name}_{rel.stem}.jpg"
     page.screenshot(path=str(shot), full_page=os.environ.get("BOOK_FULL_SCREENSHOTS") == "1",
                     quality=85)
