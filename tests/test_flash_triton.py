@@ -537,7 +537,7 @@ def test_an_unknown_backward_kernel_is_named(monkeypatch):
                                0.25, flash_triton.FlashConfig(16, 16, backward="atomic"))
 
 
-def test_flash_attention_asks_for_the_settings_of_its_dtype(monkeypatch):
+def test_flash_attention_asks_for_the_settings_of_its_dtype(monkeypatch, device):
     """float32 inputs get float32's settings on a GPU (the tables were tuned in float16):
     the call passes its dtype to default_config, for each pass."""
     seen = []
@@ -548,7 +548,7 @@ def test_flash_attention_asks_for_the_settings_of_its_dtype(monkeypatch):
         return real(head_dim, backward, dtype)
     monkeypatch.setattr(flash_triton, "default_config", spy)
     for dtype in (torch.float32, torch.float16):
-        flash_attention(*_qkv(dtype=dtype))
+        flash_attention(*(t.to(device) for t in _qkv(dtype=dtype)))
     assert seen == [(16, False, torch.float32), (16, True, torch.float32),
                     (16, False, torch.float16), (16, True, torch.float16)]
 
@@ -647,14 +647,14 @@ def test_the_tables_tiles_too_large_for_the_gpu_fall_back_to_smaller_ones_once(m
         assert launched["_forward"][before:] == TRIED, kind
 
 
-def test_a_backward_on_a_thread_of_its_own_warns_at_this_modules_line(monkeypatch):
+def test_a_backward_on_a_thread_of_its_own_warns_at_this_modules_line(monkeypatch, device):
     """On a GPU the autograd engine runs the backward pass on a thread of its own, whose
     stack holds only torch and flash_triton: the warning then names flash_triton's line
     (the caller's caller of the warning), not a line of torch. Reproduced on the CPU with a
     bare thread that starts in torch's ``Tensor.backward``."""
     limit = {"_forward": 64 * 64 * 3, "_backward": 32 * 32}  # the forward fits
     _gpu_with_little_shared_memory(monkeypatch, limit)
-    q, k, v, grad = inputs(11, 1, 1, 20, 20, 16)
+    q, k, v, grad = inputs(11, 1, 1, 20, 20, 16, device=device)
     q.requires_grad_()
     out = flash(q, k, v)
     with pytest.warns(RuntimeWarning, match="backward kernels' tiles") as record:
@@ -668,12 +668,12 @@ def test_a_backward_on_a_thread_of_its_own_warns_at_this_modules_line(monkeypatc
                                         "_launch_fitting(")
 
 
-def test_a_remembered_setting_the_gpu_refuses_later_falls_back_further(monkeypatch):
+def test_a_remembered_setting_the_gpu_refuses_later_falls_back_further(monkeypatch, device):
     """The kernel compiled for a call depends on more than the remembered key (the lengths):
     a remembered setting that is refused is followed by the smaller ones, not an error."""
     limit = {"_forward": 64 * 64 * 2, "_backward": 64 * 64 * 2}
     launched = _gpu_with_little_shared_memory(monkeypatch, limit)
-    q, k, v, _ = inputs(10, 1, 1, 20, 20, 16)
+    q, k, v, _ = inputs(10, 1, 1, 20, 20, 16, device=device)
     with pytest.warns(RuntimeWarning, match=r"run with 64 x 64 and 2 stage"):
         flash(q, k, v)
     limit["_forward"] = 32 * 32
@@ -684,13 +684,13 @@ def test_a_remembered_setting_the_gpu_refuses_later_falls_back_further(monkeypat
                                rtol=1e-5, atol=1e-5)
 
 
-def test_tiles_the_caller_chose_or_fit_false_run_as_given(monkeypatch):
+def test_tiles_the_caller_chose_or_fit_false_run_as_given(monkeypatch, device):
     """A caller's tiles (both, or one of them) run as given in both passes, refused or not,
     and so do the tables' with ``fit=False``; when even 16 x 16 with one stage does not fit,
     the last refusal is raised; an error other than a refusal is not retried."""
     from triton.runtime import OutOfResources
 
-    q, k, v, grad = inputs(9, 1, 1, 20, 20, 16)
+    q, k, v, grad = inputs(9, 1, 1, 20, 20, 16, device=device)
     limit = {"_forward": 32 * 32, "_backward": 32 * 32}
     launched = _gpu_with_little_shared_memory(monkeypatch, limit)
     for blocks in ({"block_m": 64, "block_n": 64}, {"block_m": 64}, {"block_n": 64},
