@@ -7,6 +7,7 @@
 #   make wheel    build the package's wheel (attention_src with its saved data) in _build/dist
 #   make mutate   mutation testing of attention_src (mutmut; MODULE=training restricts it)
 #   make serve    serve the built site on http://127.0.0.1:8000
+#   also: install, lint, unit, nbtest, site-test (the parts of make test), lock, clean
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help

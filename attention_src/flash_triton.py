@@ -82,7 +82,9 @@ try:
 except ImportError as err:
     raise ImportError(
         "attention_src.flash_triton needs Triton, which is not installed: "
-        "pip install triton (the rest of attention_src works without it)"
+        "pip install triton (the rest of attention_src works without it). Triton is "
+        "published for Linux only: on macOS or Windows run this chapter on Colab, Binder "
+        "or WSL"
     ) from err
 
 __all__ = ["flash_attention", "flash_attention_lse", "FlashConfig", "default_config",

