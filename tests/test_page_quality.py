@@ -164,6 +164,30 @@ def test_every_figure_has_alt_text(nb_path):
     )
 
 
+#: A chapter card of the landing page: its image, made from the chapter's landing figure, and
+#: the alt text typed beside it.
+CARD_IMAGE = re.compile(r":img-top: _landing/(?P<stem>[0-9a-z_]+)\.png\n:img-alt: (?P<alt>[^\n]*)")
+
+
+def _landing_alt(stem: str) -> str | None:
+    """The alt text of the cell tagged ``landing-figure`` in ``book/<stem>.ipynb``."""
+    cells = json.loads((BOOK / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        if "landing-figure" in cell.get("metadata", {}).get("tags", []):
+            return cell["metadata"].get("mystnb", {}).get("image", {}).get("alt")
+    return None
+
+
+def test_landing_cards_describe_the_figure_they_show():
+    """A card's image is its chapter's landing figure, so its alt text is that figure's: a card
+    typed by hand described another figure (chapters 2, 6 and 10 did)."""
+    cards = list(CARD_IMAGE.finditer((BOOK / "intro.md").read_text(encoding="utf-8")))
+    assert len(cards) >= 13, f"found {len(cards)} chapter cards in book/intro.md"
+    wrong = [card["stem"] for card in cards if card["alt"] != _landing_alt(card["stem"])]
+    assert not wrong, (f"landing cards whose :img-alt: is not their chapter's landing-figure "
+                       f"alt text (copy it from the notebook): {wrong}")
+
+
 def _text(data: dict, mime: str) -> str:
     value = data.get(mime, "")
     return "".join(value) if isinstance(value, list) else value
