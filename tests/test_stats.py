@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from attention_src.stats import (
     binomial_se,
+    exact_share,
     mean_se,
     paired_t_interval,
     round_down,
@@ -369,3 +370,50 @@ def test_importing_stats_leaves_scipy_stats_unimported():
             "s.t_quantile(0.975, 4); assert 'scipy.stats' in sys.modules")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------- shares of a count
+
+
+def test_exact_share_recovers_the_count_a_float32_accuracy_stands_for():
+    stored = float(torch.tensor(426 / 500, dtype=torch.float32))  # 0.8519999980926514
+    assert stored < 0.852
+    assert exact_share(stored, 500) == Fraction(426, 500)
+    # the reason it exists: the float rounds to a bound the count does not have
+    assert round_down(100 * stored, 1) == 85.1
+    assert round_down(100 * exact_share(stored, 500), 1) == 85.2
+    assert exact_share(np.float32(484 / 500), 500) == Fraction(484, 500)
+    assert exact_share(0.0, 7) == 0 and exact_share(1.0, 7) == 1
+
+
+def test_rounding_a_fraction_is_exact():
+    # the float 85.2 is 85.2000000000000028...: a safe upper bound of the float is 85.3, of the
+    # fraction 852/10 it is 85.2 itself
+    assert round_up(85.2, 1) == 85.3
+    assert round_up(Fraction(852, 10), 1) == 85.2 and round_down(Fraction(852, 10), 1) == 85.2
+    assert round_down(Fraction(52, 66) * 100, 1) == 78.7  # 78.7878...
+    assert round_up(Fraction(52, 66) * 100, 1) == 78.8
+    assert round_down(np.int64(3), 2) == 3.0 and round_up(7, 0) == 7.0
+
+
+@PROPERTY
+@given(st.integers(1, 10_000), st.data())
+def test_exact_share_of_any_float32_count(n, data):
+    k = data.draw(st.integers(0, n))
+    stored = float(torch.tensor(k / n, dtype=torch.float32))
+    assert exact_share(stored, n) == Fraction(k, n)
+
+
+def test_exact_share_bad_input():
+    with pytest.raises(ValueError, match=r"share = 0.5 is not a count of n = 3 items"):
+        exact_share(0.5, 3)
+    with pytest.raises(ValueError, match=r"share must be in \[0, 1\], got 1.5"):
+        exact_share(1.5, 10)
+    with pytest.raises(ValueError, match="n must be at least 1, got 0"):
+        exact_share(0.5, 0)
+    with pytest.raises(TypeError, match="n must be an int, got float"):
+        exact_share(0.5, 10.0)
+    with pytest.raises(TypeError, match="share must be a real number, got str"):
+        exact_share("0.5", 10)
+    with pytest.raises(ValueError, match="share must be finite, got nan"):
+        exact_share(float("nan"), 10)
