@@ -411,7 +411,8 @@ def online_softmax_steps(scores, values, block: int, *,
     return InteractiveFigure("online_softmax_steps", payload, alt, draw, (MAX_FIGURE_WIDTH, 3.0))
 
 
-def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> InteractiveFigure:
+def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None,
+                  first_layer: int = 1, total_layers: int | None = None) -> InteractiveFigure:
     """Choose a layer and a head, see its attention pattern and one query's row (ch. 5, 6).
 
     A slider chooses the layer (the head), only where there are several. The static image
@@ -422,10 +423,15 @@ def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> 
         weights: ``(layers, heads, L, L)`` attention weights, each row summing to 1;
             ``layers * heads <= 16``.
         alt: the figure's one-sentence description.
+        first_layer: the model's number, counted from 1, of the first layer in ``weights``
+            (``weights[3:4]`` of a six-layer model is layer 4): the panels' titles and the
+            readout use it.
+        total_layers: the model's number of layers, for the readout's "layer 4 of 6";
+            ``None``: the last layer in ``weights``.
 
     Returns:
-        An :class:`InteractiveFigure` named ``head_explorer``; its payload holds ``tokens``
-        and ``weights`` (``layers x heads x L x L``).
+        An :class:`InteractiveFigure` named ``head_explorer``; its payload holds ``tokens``,
+        ``weights`` (``layers x heads x L x L``), ``first_layer`` and ``total_layers``.
     """
     toks = _tokens(tokens)
     L = len(toks)
@@ -435,7 +441,18 @@ def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> 
                          f"heads <= 16, got {w.shape}")
     _check_rows("weights", w)
     layers, heads = w.shape[:2]
-    payload = {"tokens": toks, "weights": _rounded(w)}
+    for name, value in (("first_layer", first_layer), ("total_layers", total_layers)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if first_layer < 1:
+        raise ValueError(f"first_layer counts from 1, got {first_layer}")
+    last = first_layer + layers - 1
+    total_layers = last if total_layers is None else total_layers
+    if total_layers < last:
+        raise ValueError(f"total_layers = {total_layers} is less than the last layer shown, "
+                         f"{last} (first_layer {first_layer}, {layers} layers in weights)")
+    payload = {"tokens": toks, "weights": _rounded(w), "first_layer": first_layer,
+               "total_layers": total_layers}
     alt = alt or (f"Interactive figure: the attention weights of {layers} layers with "
                   f"{heads} heads each over {L} tokens; choose a layer, a head and a query.")
 
@@ -450,7 +467,7 @@ def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None) -> 
                 ax.set_axis_off()
                 continue
             a, b = divmod(k, heads)
-            im = _heatmap(ax, w[a, b], toks, fig, f"L{a + 1} H{b + 1}")
+            im = _heatmap(ax, w[a, b], toks, fig, f"L{first_layer + a} H{b + 1}")
             # axis names and tick labels on the left column and the lowest panels only
             if k + cols < panels:
                 ax.set_xlabel("")
@@ -709,7 +726,8 @@ RENDERER_JS = r"""
         });
         mark(query);
         show(query, w[query], null);
-        info.head.textContent = "layer " + (layer + 1) + " of " + nl +
+        info.head.textContent = "layer " + ((d.first_layer || 1) + layer) + " of " +
+          (d.total_layers || nl) +
           ", head " + (head + 1) + " of " + nh;
         state(box, "layer", layer);
         state(box, "head", head);

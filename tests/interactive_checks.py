@@ -124,6 +124,7 @@ def check_head_explorer(page, box, p: dict) -> None:
     """Sliders for the layer and the head, each only where there is more than one."""
     w = p["weights"]
     layers, heads, n = len(w), len(w[0]), len(p["tokens"])
+    first, total = p.get("first_layer", 1), p.get("total_layers", layers)
     sliders = box.locator("input[type=range]").all()
     assert len(sliders) == (layers > 1) + (heads > 1)
     layer = sliders.pop(0) if layers > 1 else None
@@ -140,7 +141,8 @@ def check_head_explorer(page, box, p: dict) -> None:
     buttons.nth(q).click()
     assert (box.get_attribute("data-layer"), box.get_attribute("data-head")) == (
         str(layers - 1), str(heads - 1))
-    assert field(box, "head") == f"layer {layers} of {layers}, head {heads} of {heads}"
+    assert field(box, "head") == (f"layer {first + layers - 1} of {total}, "
+                                  f"head {heads} of {heads}")
     assert bars(box) == fmt(w[-1][-1][q])
     if q:
         page.keyboard.press("ArrowLeft")  # focus is on the token: the query moves
@@ -155,7 +157,7 @@ def check_head_explorer(page, box, p: dict) -> None:
     if layer is not None:
         layer.focus()
         page.keyboard.press("Home")
-    assert field(box, "head") == f"layer 1 of {layers}, head 1 of {heads}"
+    assert field(box, "head") == f"layer {first} of {total}, head 1 of {heads}"
     assert bars(box) == fmt(w[0][0][n - 1])
 
 

@@ -27,7 +27,7 @@ from tests.toc import toc_notebooks
 NOTEBOOKS = toc_notebooks()
 
 GLUE_REF = r"\{glue(?::text)?\}`(?P<NAME>[A-Za-z0-9_]+)(?::[^`]*)?`"
-MATH = r"(?:\$[^$]*\$\s*)?"  # "at least $x =$ {glue}" and the like
+MATH = r"(?:\$[^$]*\$\s*)?[+\u2212-]?"  # "at least $x =$ {glue}", "up to +{glue}"
 #: Wording before a glued value that makes it a lower bound.
 LOWER_BEFORE = re.compile(
     r"\b(?:at least|no less than|never less than|never below|to at least|between)\s+" + MATH
@@ -103,7 +103,7 @@ def test_the_check_finds_bounds_rounded_to_nearest():
             'glue("top", round(max(xs), 2))\n'
             'glue("raw", max(xs))\n')
     found = misrounded_bounds(_cells(
-        "at least {glue:text}`lo` and up to {glue:text}`hi`; {glue:text}`top` or less; "
+        "at least {glue:text}`lo` and up to +{glue:text}`hi`; {glue:text}`top` or less; "
         "at most {glue:text}`raw:.2f`", code))
     assert sorted(p.split(":")[1].split()[0] for p in found) == ["hi", "lo", "raw", "top"]
     between = misrounded_bounds(_cells("between {glue:text}`lo` and {glue:text}`top`", code))

@@ -305,6 +305,31 @@ def test_head_explorer_static_panels_two_per_row_with_short_titles_and_sparse_ti
     assert unlabelled_axes(odd) == [] and sum(bool(a.images) for a in odd.axes) == 3
 
 
+def test_head_explorer_names_the_model_s_layers():
+    """One layer of a six-layer model, its fourth: titled L4 H1 ..., read out "4 of 6"; a
+    figure that titled it L1 contradicted the chapter's L1 heads."""
+    w = _weights(13, 1, 3, 4, 4)
+    fig = I.head_explorer(TOKENS[:4], w, first_layer=4, total_layers=6)
+    assert (fig.payload["first_layer"], fig.payload["total_layers"]) == (4, 6)
+    panels = [ax for ax in fig.static_figure().axes if ax.images]
+    assert [ax.get_title() for ax in panels] == ["L4 H1", "L4 H2", "L4 H3"]
+    default = I.head_explorer(TOKENS[:4], _weights(14, 2, 1, 4, 4))
+    assert (default.payload["first_layer"], default.payload["total_layers"]) == (1, 2)
+    assert '((d.first_layer || 1) + layer) + " of " +' in I.RENDERER_JS
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ({"first_layer": 0}, ValueError, "first_layer counts from 1, got 0"),
+    ({"first_layer": 2, "total_layers": 2}, ValueError,
+     r"total_layers = 2 is less than the last layer shown, 3"),
+    ({"first_layer": 1.0}, TypeError, "first_layer must be an int, got float 1.0"),
+    ({"total_layers": True}, TypeError, "total_layers must be an int, got bool True"),
+])
+def test_head_explorer_rejects_bad_layer_numbers(args, error, match):
+    with pytest.raises(error, match=match):
+        I.head_explorer(TOKENS[:4], _weights(15, 2, 1, 4, 4), **args)
+
+
 @pytest.mark.parametrize("weights, match", [
     (np.full((2, 2, 4, 3), 1 / 3), r"\(layers, heads, 4, 4\)"),
     (np.full((5, 4, 4, 4), 0.25), "layers \\* heads <= 16"),
