@@ -195,16 +195,19 @@ def exact_share(share: float, n: int) -> Fraction:
         n: the number of items, ``>= 1``.
 
     Raises:
-        ValueError: if ``share * n`` is not within ``1e-3`` of a whole number: then ``share``
-            is not a count of ``n`` items (a mean over seeds, say), and rounding it to one would
-            change its value.
+        ValueError: if ``share * n`` is not within ``max(1e-3, n * 2**-23)`` of a whole
+            number (float32's rounding of a share, scaled by ``n``): then ``share`` is not a
+            count of ``n`` items (a mean over seeds, say), and rounding it to one would change
+            its value.
     """
     share = _check_real("share", share)
     n = _check_int("n", n, 1)
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share must be in [0, 1], got {share}")
     k = round(share * n)
-    if abs(share * n - k) > 1e-3:
+    # a float32 share is within 2**-24 of k / n (relative), so share * n is within about
+    # 6e-8 n of k: the tolerance grows with n, and stays far below 1/2 up to n = 2**21
+    if abs(share * n - k) > max(1e-3, n * 2.0**-23):
         raise ValueError(
             f"share = {share!r} is not a count of n = {n} items: share * n = {share * n!r} is "
             f"{abs(share * n - k):.3g} from the nearest whole number"

@@ -31,24 +31,26 @@ MATH = r"(?:\$[^$]*\$\s*)?[+\u2212-]?"  # "at least $x =$ {glue}", "up to +{glue
 #: Wording before a glued value that makes it a lower bound.
 LOWER_BEFORE = re.compile(
     r"\b(?:at least|no less than|never less than|never below|to at least|between)\s+" + MATH
-    + GLUE_REF.replace("NAME", "name"))
+    + GLUE_REF.replace("NAME", "name"), re.IGNORECASE)
 #: Wording after a glued value that makes it a lower bound.
 LOWER_AFTER = re.compile(GLUE_REF.replace("NAME", "name") + r"\s*%?\s*(?:[a-z]+\s+)?or more\b")
 #: Wording before a glued value that makes it an upper bound.
 UPPER_BEFORE = re.compile(
     r"\b(?:at most|up to|no more than|never more than|within)\s+" + MATH
-    + GLUE_REF.replace("NAME", "name"))
+    + GLUE_REF.replace("NAME", "name"), re.IGNORECASE)
 UPPER_AFTER = re.compile(GLUE_REF.replace("NAME", "name") + r"\s*%?\s*(?:[a-z]+\s+)?or less\b")
 #: "between {a} and {b}": b is the upper bound.
 BETWEEN_UPPER = re.compile(
     r"\bbetween\s+" + MATH + GLUE_REF.replace("NAME", "low") + r"\s*%?\s*and\s+" + MATH
     + GLUE_REF.replace("NAME", "name"))
 
-EXTREME = re.compile(r"\bmin\(|\.min\(|\bmax\(|\.max\(|_min\b|_max\b")
+EXTREME = re.compile(r"\bmin\(|\.min\(|\bmax\(|\.max\(|\.amin\(|\.amax\(|_min\b|_max\b")
 #: Rounded to nearest: ``round``, a format with a precision, or a float left to the page's format.
 NEAREST = re.compile(r"\bround\(|:[,+]?\.\d+[efg%]|\bfloat\(")
 SAFE_LOWER = re.compile(r"round_down|floor|\bspan\(")
 SAFE_UPPER = re.compile(r"round_up|ceil|\bspan\(")
+#: Rounding towards the other side: a lower bound rounded up, an upper bound rounded down.
+WRONG = {"lower": re.compile(r"round_up|ceil"), "upper": re.compile(r"round_down|floor")}
 
 
 def glue_definitions(cells: list[dict]) -> dict[str, str]:
@@ -84,6 +86,11 @@ def misrounded_bounds(cells: list[dict]) -> list[str]:
                     expression = defs.get(name)
                     if expression is None or not EXTREME.search(expression):
                         continue  # not glued here by name, or not a measured extreme
+                    if WRONG[kind].search(expression) and not safe.search(expression):
+                        problems.append(f"markdown cell {index}: {name} is a {kind} bound "
+                                        f"({match.group(0)!r}) but rounded the other way: "
+                                        f"{expression.strip()!r}")
+                        continue
                     if not (NEAREST.search(expression) or ":." in match.group(0)):
                         continue  # a count or another exact value
                     if not safe.search(expression):
@@ -108,6 +115,15 @@ def test_the_check_finds_bounds_rounded_to_nearest():
     assert sorted(p.split(":")[1].split()[0] for p in found) == ["hi", "lo", "raw", "top"]
     between = misrounded_bounds(_cells("between {glue:text}`lo` and {glue:text}`top`", code))
     assert len(between) == 2  # both ends
+
+
+def test_the_check_finds_bounds_rounded_the_other_way():
+    code = ('glue("lo", round_up(min(xs), 2))\nglue("hi", round_down(max(xs), 2))\n'
+            'glue("top", f"{math.floor(100 * max(xs))} %")\n')
+    found = misrounded_bounds(_cells(
+        "At least {glue:text}`lo`, at most {glue:text}`hi` and up to {glue:text}`top`", code))
+    assert sorted(p.split(":")[1].split()[0] for p in found) == ["hi", "lo", "top"]
+    assert all("the other way" in p for p in found)
 
 
 def test_the_check_accepts_safe_rounding_constants_and_point_values():

@@ -404,6 +404,14 @@ def test_exact_share_of_any_float32_count(n, data):
     assert exact_share(stored, n) == Fraction(k, n)
 
 
+def test_exact_share_of_a_large_float32_count():
+    # 999,999 of 1,000,000 in float32 is 0.99999898672103882: share * n is 0.01 from k
+    stored = float(torch.tensor(999_999 / 1_000_000, dtype=torch.float32))
+    assert exact_share(stored, 1_000_000) == Fraction(999_999, 1_000_000)
+    with pytest.raises(ValueError, match="is not a count of n = 1000000 items"):
+        exact_share(0.5 + 0.4 / 1_000_000, 1_000_000)  # 0.4 from a whole number
+
+
 def test_exact_share_bad_input():
     with pytest.raises(ValueError, match=r"share = 0.5 is not a count of n = 3 items"):
         exact_share(0.5, 3)
