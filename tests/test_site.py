@@ -11,9 +11,11 @@ search page finds "softmax" in chapters 2 and 3, the dark-mode switch changes th
 chapter's download button offers its notebook, and every internal link and anchor of the built
 site resolves.
 
-Each page is opened once at each width (``test_every_page_at_every_width``) and every check of
-that width runs on it; a failure names its page, width and check, and the other checks still
-run (``tests.browser.Problems``). One Chromium serves every test of a worker.
+Each page is opened twice (``test_every_page_at_every_width``): at 1280 px, and at 390 px,
+where the same page is then widened to 768 px, as a tablet shows it (opening it a third time
+cost about 4.5 CPU-seconds a page, some 80 s of the run on two cores); every check of each
+width runs there. A failure names its page, width and check, and the other checks still run
+(``tests.browser.Problems``). One Chromium serves every test of a worker.
 """
 
 from __future__ import annotations
@@ -409,30 +411,43 @@ def _check_every_screen_size(page, rel, width: int) -> None:
     _check_page_contents(page, width, keyboard=width == 390)
 
 
-@pytest.mark.parametrize("width", WIDTHS, ids=lambda w: f"{w}px")
+#: The widths each page is opened at; the page opened at 390 px is then widened to 768 px.
+OPENED_AT = (390, 1280)
+WIDENED_TO = 768
+
+
+@pytest.mark.parametrize("width", OPENED_AT, ids=lambda w: f"{w}px")
 @pytest.mark.parametrize("rel", PAGES, ids=lambda p: p.name)
 def test_every_page_at_every_width(browser, rel, width):
-    """Each page of the table of contents, opened once at each width, passes every check of
-    that width; all failures are reported together, each naming its page, width and check.
+    """Each page of the table of contents, opened at 390 px and at 1280 px, passes every check
+    of each width it is shown at; all failures are reported together, each naming its page,
+    width and check.
 
-    At every width: ``_check_every_screen_size``. At 1280 px also, on the same page (opened
-    offline, every request recorded, every non-file one blocked): first
-    ``_check_self_contained_and_typeset`` (the state at load: nothing pressed yet), then
-    ``_check_code_is_not_cut_and_a_log_is_one_block`` on a notebook's page, the screen checks,
-    and last ``_check_download_button_offers_the_notebook`` on a chapter's page.
+    At every width: ``_check_every_screen_size``; the page opened at 390 px is checked there,
+    then widened to 768 px (a tablet's portrait width: the sidebars are dialogs at both) and
+    checked again. At 1280 px also, on the same page (opened offline, every request recorded,
+    every non-file one blocked): first ``_check_self_contained_and_typeset`` (the state at
+    load: nothing pressed yet), then ``_check_code_is_not_cut_and_a_log_is_one_block`` on a
+    notebook's page, the screen checks, and last ``_check_download_button_offers_the_notebook``
+    on a chapter's page.
     """
     path = SITE / rel
     assert path.exists(), f"{rel} was not built"
-    problems = Problems(f"{rel} at {width} px")
     if width != 1280:
+        problems = Problems(f"{rel} at {width} and {WIDENED_TO} px")
         page = _open_at(browser, rel, width)
         try:
-            with problems.check("screen size"):
+            with problems.check(f"screen size at {width} px"):
                 _check_every_screen_size(page, rel, width)
+            page.set_viewport_size({"width": WIDENED_TO, "height": WIDTHS[WIDENED_TO]})
+            with problems.check(f"screen size at {WIDENED_TO} px"):
+                page.wait_for_function(f"() => window.innerWidth === {WIDENED_TO}")
+                _check_every_screen_size(page, rel, WIDENED_TO)
         finally:
             page.close()
         problems.report()
         return
+    problems = Problems(f"{rel} at {width} px")
     errors: list[str] = []
     requested: list[str] = []
     page, blocked = open_offline(browser, path.as_uri(), errors, requested=requested,
