@@ -334,7 +334,7 @@ def softmax_temperature(scores, temperatures, *, labels: Sequence[str] | None = 
         ax.set_ylabel("softmax weight")
         ax.set_ylim(0, 1)
         if n <= len(OKABE_ITO):
-            ax.legend(fontsize=10)
+            ax.legend()
 
     return InteractiveFigure("softmax_temperature", payload, alt, draw, (MAX_FIGURE_WIDTH, 3.6))
 
@@ -399,7 +399,9 @@ def online_softmax_steps(scores, values, block: int, *,
         left.plot(read, [r[2] for r in rows], marker="s", label="running sum s")
         left.set_xlabel("keys read")
         left.set_ylabel("value")
-        left.legend(fontsize=10)
+        # above the panel: inside, it would cover a line wherever the data put one
+        left.legend(loc="lower left", bbox_to_anchor=(0, 1.02), borderaxespad=0,
+                    frameon=False)
         colours = list(OKABE_ITO.values())
         for c in range(v.shape[1]):
             colour = colours[c % len(colours)]
@@ -408,7 +410,7 @@ def online_softmax_steps(scores, values, block: int, *,
         right.set_xlabel("keys read")
         right.set_ylabel("output (dashed: exact)")
 
-    return InteractiveFigure("online_softmax_steps", payload, alt, draw, (MAX_FIGURE_WIDTH, 3.0))
+    return InteractiveFigure("online_softmax_steps", payload, alt, draw, (MAX_FIGURE_WIDTH, 3.5))
 
 
 def head_explorer(tokens: Sequence[str], weights, *, alt: str | None = None,

@@ -362,6 +362,19 @@ def test_static_fallbacks_have_labelled_axes_and_fit_the_page():
         assert fig.png()[0] is fig.png()[0]  # drawn once
 
 
+def test_static_fallbacks_have_no_text_below_12_points():
+    """The book's rule for every figure (``tests/test_reader_page.py`` reads the notebooks'
+    sources for it; these figures are drawn in the package): a legend once had 10 pt."""
+    from matplotlib.text import Text
+
+    for fig in _all_figures():
+        static = fig.static_figure()
+        static.draw_without_rendering()  # makes the tick labels
+        small = {(t.get_text(), t.get_fontsize()) for t in static.findobj(Text)
+                 if t.get_visible() and t.get_text().strip() and t.get_fontsize() < 12}
+        assert not small, (fig.name, sorted(small))
+
+
 def test_output_is_deterministic():
     first, second = _all_figures(), _all_figures()
     for a, b in zip(first, second, strict=True):
