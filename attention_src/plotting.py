@@ -207,7 +207,8 @@ def show_heatmaps(
             a tensor or array; typically attention weights, queries down, keys across.
         xlabel, ylabel: axis labels (on the bottom row and first column).
         titles: one title per column; row_titles: one label per row.
-        xticklabels, yticklabels: token labels for the keys and queries.
+        xticklabels, yticklabels: token labels for the keys and queries (key labels of one
+            character each are drawn upright, longer ones turned a quarter turn).
         figsize: default ``(2.6 * cols + 1, 2.4 * rows)`` inches, scaled down to at most
             :data:`MAX_FIGURE_WIDTH` wide.
         cmap: a colour-blind-safe colormap by default (viridis).
@@ -252,8 +253,9 @@ def show_heatmaps(
                 ax.set_xlabel(xlabel)
             if c == 0:
                 ax.set_ylabel(ylabel if row_titles is None else f"{row_titles[r]}\n{ylabel}")
-            if xticklabels is not None:
-                ax.set_xticks(range(L_k), labels=xticklabels, rotation=90)
+            if xticklabels is not None:  # single characters upright, words turned
+                ax.set_xticks(range(L_k), labels=xticklabels,
+                              rotation=0 if all(len(str(t)) <= 1 for t in xticklabels) else 90)
             if yticklabels is not None:
                 ax.set_yticks(range(L_q), labels=yticklabels)
     fig.colorbar(image, ax=axes, shrink=0.8, label=colorbar_label)

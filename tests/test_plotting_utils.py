@@ -313,7 +313,18 @@ def test_annotation_text_is_centred_small_and_its_colour_switches_at_the_midpoin
         assert (t.get_ha(), t.get_va(), t.get_fontsize()) == ("center", "center", 12)
     positions = {k: t.get_position() for k, t in texts.items()}
     assert positions == {"0.40": (0, 0), "0.50": (1, 0), "0.55": (0, 1), "1.00": (1, 1)}
-    assert [t.get_rotation() for t in axes[0, 0].get_xticklabels()] == [90.0, 90.0]
+    assert [t.get_rotation() for t in axes[0, 0].get_xticklabels()] == [0.0, 0.0]
+
+
+def test_key_labels_of_one_character_stand_upright_and_words_turn():
+    """A date read character by character keeps its characters upright (turned, "j", "u" and
+    "␣1" overprinted each other); a word is turned so that neighbours do not collide."""
+    chars = ["j", "u", "l", "y", "␣", "1", ""]
+    words = ["the", "a", "animal", "a", "b", "c", "d"]
+    for labels, angle in ((chars, 0.0), (words, 90.0)):
+        _, axes = show_heatmaps(np.eye(7), xticklabels=labels)
+        assert [t.get_rotation() for t in axes[0, 0].get_xticklabels()] == [angle] * 7
+        plt.close("all")
 
 
 def test_the_colour_bar_shows_the_panels_scale_and_colormap():
