@@ -91,7 +91,6 @@ NAMES_NOT_YET_SHOWN = {
     "book/06_multi_head_self_attention.ipynb": {
         "PINK", "big", "designs", "kinds_match", "more", "same_heads"},
     "book/07_cnn_rnn_comparison.ipynb": {"COLOR", "G_SEEDS"},
-    "book/08_graph_attention.ipynb": {"SOLVED"},
     "book/09_efficient_attention.ipynb": {"ALL_THREADS", "bench"},
     "book/09a_benchmark_method.ipynb": {"B_LENGTHS", "mem_row"},
     "book/12_flash_attention_triton.ipynb": {
