@@ -4,10 +4,11 @@
   computed numbers into the prose), and no visible cell consists only of ``assert`` lines (a
   guard of stored results runs in a cell whose input is removed).
 * The code a reader sees can be read on its own: a name it uses is defined or imported in
-  code the page shows, or is one of the book's two conventions that every chapter shares and
-  the introduction explains (``DEVICE``, and the palette's colour names such as ``BLUE``).
-  :data:`NAMES_NOT_YET_SHOWN` lists, chapter by chapter, the names still defined only in set-up
-  code the page leaves out; a new one fails, and so does an entry no longer needed.
+  code the page shows, is imported from another library than the book's own (``torch``,
+  ``np``), or is one of the two conventions the introduction explains (``DEVICE``, and the
+  palette's colour names such as ``BLUE``). :data:`NAMES_NOT_YET_SHOWN` lists, chapter by
+  chapter, the names still defined, or imported from ``attention_src``, only in set-up code
+  the page leaves out; a new one fails, and so does an entry no longer needed.
 * The prose speaks to a reader: no build or test vocabulary ("hidden cell", "time budget",
   "nbval", ``make …`` or a ``tools/`` script outside a section on how to run the book).
 * Paragraphs are short enough to read on a phone: at most :data:`MAX_WORDS` words.
@@ -145,8 +146,11 @@ def names_used_and_defined(source: str) -> tuple[set[str], set[str], set[str], s
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = {(a.asname or a.name).split(".")[0] for a in node.names}
             bound |= names
-            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
-            if not module.startswith("attention_src"):
+            if isinstance(node, ast.ImportFrom):
+                books = [node.module or ""]
+            else:  # `import attention_src as att` names its source; a submodule does not
+                books = [a.name for a in node.names if a.name != "attention_src"]
+            if not any(m.startswith("attention_src") for m in books):
                 library |= names
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
@@ -415,6 +419,10 @@ def test_the_scans_catch_planted_violations():
                 "source": ["def f(train):\n    return train\n"]}
     uses = {"cell_type": "code", "metadata": {}, "source": ["train(np.ones(2))\n"]}
     assert names_from_left_out_code([book_import, argument, uses]) == {"train"}
+    submodule = {"cell_type": "code", "metadata": {"tags": ["remove-cell"]},
+                 "source": ["import attention_src as att\nimport attention_src.efficient as E\n"]}
+    shown_uses = {"cell_type": "code", "metadata": {}, "source": ["att.set_seed(0)\nE.f()\n"]}
+    assert names_from_left_out_code([submodule, shown_uses]) == {"E"}
 
 
 def test_paragraph_splitting_and_counting():
